@@ -1,0 +1,1 @@
+"""The node agent: registers devices, runs jobs inside their slices, reports telemetry."""

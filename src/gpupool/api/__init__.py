@@ -1,0 +1,1 @@
+"""HTTP API: ``create_app()``, thin routers under ``/v1``, problem+json errors."""

@@ -1,0 +1,1 @@
+"""The ``gpupool`` command line (typer), one module per command group."""

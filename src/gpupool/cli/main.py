@@ -1,0 +1,84 @@
+"""Entry point of the ``gpupool`` command.
+
+Commands live in one module per group; this module wires them into one typer app.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpupool import __version__
+from gpupool.domain.errors import SpecError
+from gpupool.domain.jobspec import parse_job_yaml
+from gpupool.domain.units import format_duration, format_gpus, format_memory
+
+app = typer.Typer(
+    name="gpupool",
+    help="gpupool: one shared pool over every GPU your team owns.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print gpupool's version."""
+    typer.echo(__version__)
+
+
+@app.command()
+def validate(
+    job_file: Path = typer.Argument(..., help="YAML job file to check", exists=False),  # noqa: B008
+) -> None:
+    """Check a job file without submitting it (like ``sbatch --test-only``).
+
+    Example: ``gpupool validate examples/train.yaml``
+    """
+    try:
+        text = job_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"error: cannot read {job_file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        spec = parse_job_yaml(text, source=str(job_file))
+    except SpecError as exc:
+        for problem in exc.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(1) from None
+    res = spec.resources
+    mem = format_memory(res.gpu_memory_mib) if res.gpu_memory_mib is not None else "share"
+    limit = format_duration(spec.time_limit_s) if spec.time_limit_s is not None else "pool"
+    typer.echo(
+        f"ok: {spec.name}: {spec.replicas} x {format_gpus(res.gpu_milli)} GPU, "
+        f"gpu memory {mem}, pool {spec.pool}, priority {spec.priority_class}, "
+        f"time limit {limit}"
+    )
+
+
+@app.command()
+def up(
+    host: str = typer.Option("127.0.0.1", help="address to listen on"),
+    port: int = typer.Option(8470, help="port of the API server"),
+) -> None:
+    """Run the pool on this machine: the API server (more parts join as they are built).
+
+    Example: ``gpupool up --port 8470``
+    """
+    import uvicorn
+
+    from gpupool.api.app import create_app
+
+    typer.echo(f"gpupool {__version__}: API on http://{host}:{port} (docs at /docs); Ctrl-C stops")
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        sys.exit(130)

@@ -1,0 +1,1 @@
+"""Typed HTTP SDK used by the CLI, the agent and users' code."""

@@ -1,0 +1,1 @@
+"""Control plane: services over the store, the scheduling loop, leadership, the clock."""

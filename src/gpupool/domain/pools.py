@@ -1,0 +1,68 @@
+"""Pools: named sets of devices with their own policy.
+
+``memory_overcommit`` is the ratio of GPU memory the pool may promise to the memory that
+physically exists (1.0 = never promise more than exists; 1.5 = promise up to 150 %). When a
+device of an overcommitted pool runs short, the agent checkpoints and requeues the
+lowest-priority opportunistic job on it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gpupool.domain.errors import InvalidValue
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Names of pools, tenants, users and priority classes: lowercase DNS labels."""
+    if not _NAME_RE.match(name):
+        raise InvalidValue(
+            f"{kind} name {name!r} is not valid: use 1-64 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+            field=kind,
+        )
+    return name
+
+
+DEFAULT_POOL = "default"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool and its policy.
+
+    ``placement`` names a policy in the scheduler's placement registry. ``price_per_gpu_hour``
+    maps a GPU model to its cost of one whole device for one hour, in the pool's currency;
+    models not listed cost ``default_price_per_gpu_hour``.
+    """
+
+    name: str
+    placement: str = "default"
+    memory_overcommit: float = 1.0
+    price_per_gpu_hour: tuple[tuple[str, float], ...] = field(default=())
+    default_price_per_gpu_hour: float = 0.0
+
+    def __post_init__(self) -> None:
+        validate_name("pool", self.name)
+        if not 1.0 <= self.memory_overcommit <= 4.0:
+            raise InvalidValue(
+                f"pool {self.name}: memory_overcommit {self.memory_overcommit} is out of range: "
+                "use a ratio between 1.0 (no overcommit) and 4.0",
+                field="memory_overcommit",
+            )
+        for model, price in self.price_per_gpu_hour:
+            if price < 0:
+                raise InvalidValue(
+                    f"pool {self.name}: price for {model} is negative: use 0 or more",
+                    field="price_per_gpu_hour",
+                )
+
+    def price_of(self, model: str) -> float:
+        """Price of one whole device of ``model`` for one hour."""
+        for name, price in self.price_per_gpu_hour:
+            if name.lower() == model.lower():
+                return price
+        return self.default_price_per_gpu_hour

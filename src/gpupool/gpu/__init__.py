@@ -1,0 +1,1 @@
+"""GPU backends behind one protocol: NVML (nvidia-ml-py) and simulated devices."""

@@ -1,0 +1,1 @@
+"""Prometheus metric definitions, in one place, and their collectors."""

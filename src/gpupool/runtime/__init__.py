@@ -1,0 +1,1 @@
+"""Isolation modes that enforce a slice on the node: exclusive, mps, soft, mig."""

@@ -1,0 +1,1 @@
+"""Placement policies, one module each, registered by name."""

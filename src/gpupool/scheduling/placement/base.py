@@ -1,0 +1,217 @@
+"""The placement contract: a mutable, vectorised view of free capacity, and the policy protocol.
+
+Every placement policy (``bestfit``, ``spread``, the FGD paper's baselines, gpupool's
+fragmentation-aware default) implements :class:`PlacementPolicy` against
+:class:`CapacityArrays`, so the live scheduler, the simulator and the packing experiment run
+the same policy code.
+
+Words:
+
+- **slot**: column ``g`` of node row ``n``. A node with 4 GPUs uses slots 0..3; slots past a
+  node's GPU count are padding and never ``usable``.
+- **shape**: what one replica needs, resolved to integers (:class:`Shape`).
+- **choice**: a node row and the slots it takes (:class:`Choice`).
+
+``CapacityArrays`` is updated incrementally with :meth:`CapacityArrays.allocate` and
+:meth:`CapacityArrays.release` as the scheduler commits placements within a cycle, so no
+policy ever rebuilds per-device state for each job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.domain.units import MILLI_PER_GPU
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One replica's needs, in integers.
+
+    ``milli`` is per device (1..1000) and ``count`` the number of devices (0 for a CPU-only
+    replica). ``memory_mib`` is per device; ``None`` means "the device's memory times
+    ``milli / 1000``". ``models`` is a boolean mask over ``CapacityArrays.model_names`` of the
+    acceptable GPU models, or ``None`` for any model.
+    """
+
+    milli: int
+    count: int
+    memory_mib: int | None = None
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    models: tuple[bool, ...] | None = None
+
+    @property
+    def is_sharing(self) -> bool:
+        """True for a fraction of one device."""
+        return self.count == 1 and self.milli < MILLI_PER_GPU
+
+    @property
+    def total_milli(self) -> int:
+        return self.milli * self.count
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where one replica goes: node row ``node`` and the slots ``slots`` on it."""
+
+    node: int
+    slots: tuple[int, ...]
+
+
+@dataclass
+class CapacityArrays:
+    """Free capacity of every node and device, as numpy arrays (rows = nodes, cols = slots).
+
+    Memory arrays are in MiB and already include the pool's overcommit ratio: ``free_mem`` is
+    what may still be *promised* on a device. ``usable`` is False for padding, unhealthy
+    devices and devices outside the pool being scheduled.
+    """
+
+    node_names: tuple[str, ...]
+    model_names: tuple[str, ...]
+    node_model: IntArray  # [N] index into model_names (one model per node, as in real clusters)
+    free_milli: IntArray  # [N, G]
+    free_mem: IntArray  # [N, G]
+    total_mem: IntArray  # [N, G] physical memory times overcommit (for proportional requests)
+    usable: BoolArray  # [N, G]
+    cpu_free: IntArray  # [N] milli-CPU
+    host_mem_free: IntArray  # [N] MiB
+    nvlink_group: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    cpu_total: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    gpu_count: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        n, g = self.free_milli.shape
+        if self.nvlink_group.shape != (n, g):
+            self.nvlink_group = np.full((n, g), -1, dtype=np.int64)
+        if self.cpu_total.shape != (n,):
+            self.cpu_total = self.cpu_free.copy()
+        if self.gpu_count.shape != (n,):
+            self.gpu_count = self.usable.sum(axis=1).astype(np.int64)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.free_milli.shape[0])
+
+    def memory_need(self, shape: Shape, node: int) -> IntArray:
+        """Memory ``shape`` needs on each slot of ``node`` (resolving proportional requests)."""
+        if shape.memory_mib is not None:
+            return np.full(self.free_mem.shape[1], shape.memory_mib, dtype=np.int64)
+        need: IntArray = self.total_mem[node] * shape.milli // MILLI_PER_GPU
+        return need
+
+    def slot_fits(self, shape: Shape) -> BoolArray:
+        """[N, G] mask: the slot can take one device's worth of ``shape`` (milli and memory)."""
+        ok = self.usable & (self.free_milli >= shape.milli)
+        if shape.memory_mib is not None:
+            ok &= self.free_mem >= shape.memory_mib
+        else:
+            ok &= self.free_mem >= self.total_mem * shape.milli // MILLI_PER_GPU
+        return ok
+
+    def feasible_nodes(self, shape: Shape) -> BoolArray:
+        """[N] mask of nodes where ``shape`` fits: model, CPU, host memory, enough slots."""
+        ok = (self.cpu_free >= shape.cpu_milli) & (self.host_mem_free >= shape.host_memory_mib)
+        if shape.models is not None:
+            allowed = np.asarray(shape.models, dtype=np.bool_)
+            ok &= allowed[self.node_model]
+        if shape.count == 0:
+            return ok
+        fits = self.slot_fits(shape).sum(axis=1)
+        result: BoolArray = ok & (fits >= shape.count)
+        return result
+
+    def allocate(self, shape: Shape, choice: Choice) -> None:
+        """Take ``shape`` at ``choice``; raises ``ValueError`` if it does not fit (no change)."""
+        n, slots = choice.node, list(choice.slots)
+        if len(slots) != shape.count or len(set(slots)) != len(slots):
+            raise ValueError(f"choice {choice} does not give {shape.count} distinct slots")
+        need_mem = self.memory_need(shape, n)
+        if (
+            self.cpu_free[n] < shape.cpu_milli
+            or self.host_mem_free[n] < shape.host_memory_mib
+            or any(not self.usable[n, s] for s in slots)
+            or any(self.free_milli[n, s] < shape.milli for s in slots)
+            or any(self.free_mem[n, s] < need_mem[s] for s in slots)
+        ):
+            raise ValueError(f"shape {shape} does not fit at {choice}")
+        self.cpu_free[n] -= shape.cpu_milli
+        self.host_mem_free[n] -= shape.host_memory_mib
+        for s in slots:
+            self.free_milli[n, s] -= shape.milli
+            self.free_mem[n, s] -= need_mem[s]
+
+    def release(self, shape: Shape, choice: Choice) -> None:
+        """Give back what :meth:`allocate` took for ``shape`` at ``choice``."""
+        n = choice.node
+        need_mem = self.memory_need(shape, n)
+        self.cpu_free[n] += shape.cpu_milli
+        self.host_mem_free[n] += shape.host_memory_mib
+        for s in choice.slots:
+            self.free_milli[n, s] += shape.milli
+            self.free_mem[n, s] += need_mem[s]
+
+    def copy(self) -> CapacityArrays:
+        """An independent copy (for what-if evaluation such as preemption)."""
+        return CapacityArrays(
+            node_names=self.node_names,
+            model_names=self.model_names,
+            node_model=self.node_model.copy(),
+            free_milli=self.free_milli.copy(),
+            free_mem=self.free_mem.copy(),
+            total_mem=self.total_mem.copy(),
+            usable=self.usable.copy(),
+            cpu_free=self.cpu_free.copy(),
+            host_mem_free=self.host_mem_free.copy(),
+            nvlink_group=self.nvlink_group.copy(),
+            cpu_total=self.cpu_total.copy(),
+            gpu_count=self.gpu_count.copy(),
+        )
+
+
+class PlacementPolicy(Protocol):
+    """Chooses where one replica goes.
+
+    Contract:
+
+    - :meth:`place` returns a :class:`Choice` whose node is in ``feasible`` and whose slots
+      can hold ``shape`` (``CapacityArrays.slot_fits``), or ``None`` when it declines. It does
+      not modify ``capacity``; the caller allocates.
+    - It is deterministic: any randomness comes from a seed given at construction.
+    - :meth:`observe` is told about every job the scheduler sees arrive (in arrival order), so
+      fragmentation-aware policies can learn the workload's shape mix online. It must only use
+      what it was shown.
+    """
+
+    name: ClassVar[str]
+
+    def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
+        """Pick a node in ``feasible`` and slots on it for ``shape``."""
+        ...
+
+    def observe(self, shape: Shape) -> None:
+        """Learn from an arriving replica shape (no-op for policies that do not learn)."""
+        ...
+
+
+def best_fit_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[int, ...]:
+    """Slots for ``shape`` on ``node``: for a share, the fitting GPU with least free milli
+    (lowest index on ties); for whole GPUs, the free GPUs in index order."""
+    fits = capacity.slot_fits(shape)[node]
+    idx = np.flatnonzero(fits)
+    if shape.count == 0:
+        return ()
+    if len(idx) < shape.count:
+        raise ValueError(f"node {node} has {len(idx)} slots for {shape}, needs {shape.count}")
+    if shape.is_sharing:
+        free = capacity.free_milli[node, idx]
+        return (int(idx[int(np.argmin(free))]),)
+    return tuple(int(i) for i in idx[: shape.count])

@@ -1,0 +1,1 @@
+"""Discrete-event simulator and experiments that drive the real scheduler in-process."""

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy tables, mappings to domain objects, Alembic migrations."""
