@@ -1,0 +1,33 @@
+"""Fixtures shared by every test package.
+
+``shared_data`` is ``../shared/data`` beside the project (override with
+``GPUPOOL_SHARED_DATA``); tests that need a trace skip with a clear message when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("GPUPOOL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The public GPU traces folder; skips the test when it is not there."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared trace data not found at {SHARED_DATA} (set GPUPOOL_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def alibaba_csv(shared_data: Path) -> Path:
+    """``alibaba-gpu-v2023/csv`` with the node list and pod lists."""
+    path = shared_data / "alibaba-gpu-v2023" / "csv"
+    if not path.is_dir():
+        pytest.skip(f"Alibaba v2023 trace not found at {path}")
+    return path
