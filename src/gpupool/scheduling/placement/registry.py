@@ -1,0 +1,47 @@
+"""The registry of placement policies, by name.
+
+Each policy module adds one entry to :data:`POLICIES`, explicitly (no import-time magic and no
+``if name == ...`` chains). Pools name their policy; ``"default"`` resolves to
+:data:`DEFAULT_POLICY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpupool.domain.errors import InvalidValue
+from gpupool.scheduling.placement.base import PlacementPolicy
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Construction options shared by every policy. ``seed`` feeds any randomness."""
+
+    seed: int = 0
+
+
+PolicyFactory = Callable[[PolicyOptions], PlacementPolicy]
+
+#: name -> factory. Policy modules register here; keep the list sorted by name.
+POLICIES: dict[str, PolicyFactory] = {}
+
+#: What a pool's ``placement: default`` means.
+DEFAULT_POLICY = "bestfit"
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every registered policy name (``default`` not included)."""
+    return tuple(sorted(POLICIES))
+
+
+def make_policy(name: str, options: PolicyOptions | None = None) -> PlacementPolicy:
+    """Build the policy registered as ``name`` (``default`` means :data:`DEFAULT_POLICY`)."""
+    resolved = DEFAULT_POLICY if name == "default" else name
+    factory = POLICIES.get(resolved)
+    if factory is None:
+        names = ", ".join(("default", *policy_names()))
+        raise InvalidValue(
+            f"placement policy {name!r} is not known: use one of {names}", field="placement"
+        )
+    return factory(options or PolicyOptions())
