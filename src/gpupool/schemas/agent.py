@@ -1,0 +1,227 @@
+"""The node-agent protocol: register once, then heartbeat.
+
+Endpoints (all ``POST``, bearer token of a user with role ``agent``):
+
+- ``/v1/agent/register`` with :class:`RegisterRequest` -> :class:`RegisterResponse`
+- ``/v1/agent/heartbeat`` with :class:`HeartbeatRequest` -> :class:`HeartbeatResponse`
+
+Words:
+
+- **assignment**: one replica of one job placed on one node, with its devices and slice. Its
+  ``assignment_id`` is unique forever; the server never reuses one, even when the job restarts
+  (a restart is a new assignment of the same job).
+- **epoch** (server epoch): an integer that grows whenever a new leader takes over scheduling.
+  Every response carries the current epoch; every stop order carries the epoch it was issued in.
+- **replica state**: what the agent observes about an assignment (:class:`ReplicaState`).
+
+Rules that make the protocol safe to retry:
+
+1. Heartbeats are *full state*, not deltas: every heartbeat lists every assignment the agent
+   knows about that has not been acknowledged as finished (see ``finished_ack``), with its
+   current state. A lost heartbeat loses nothing; a duplicate changes nothing.
+2. The server answers every heartbeat with the assignments the node should be running but has
+   not reported yet (``start``) and the stop orders still in force (``stop``). It resends both
+   until the agent's reports show them done, so the agent must treat an ``assignment_id`` it
+   already knows as a no-op (at-least-once delivery, de-duplicated by id).
+3. Every start and stop carries the epoch of the server that sent it (the current epoch when the
+   order is (re)sent). The agent ignores any order whose ``epoch`` is lower than the highest
+   epoch it has seen, so a delayed answer from a deposed leader does nothing; the server
+   ignores reports about assignment ids it does not know.
+4. When the server is unreachable the agent keeps running its jobs and keeps heart-beating with
+   backoff; on reconnect its full-state heartbeat reconciles the server.
+5. An assignment the server has recorded as finished is listed in ``finished_ack``; the agent
+   may then forget it. Until then it keeps reporting it.
+
+Units: milli-GPU and MiB as integers, seconds as floats, utilisation as a ratio in [0, 1],
+temperature in degrees Celsius, power in watts. ``None`` means "not known / not supported".
+"""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import Field
+
+from gpupool.schemas.base import WireModel
+
+#: Isolation modes an agent may offer (same names as ``gpupool.domain.jobs.IsolationMode``).
+ISOLATION_MODES = ("exclusive", "mps", "soft", "mig")
+
+
+class DeviceInfo(WireModel):
+    """One GPU (or MIG instance) as the agent discovered it."""
+
+    uuid: str = Field(min_length=1, max_length=200)
+    index: int = Field(ge=0)
+    model: str = Field(min_length=1, max_length=200, description="e.g. 'NVIDIA A100-SXM4-80GB'")
+    memory_mib: int = Field(ge=0)
+    compute_capability: tuple[int, int] | None = None
+    nvlink_group: int | None = Field(
+        default=None, description="devices joined by NVLink share a group id; None = unknown"
+    )
+    mig_parent: str | None = Field(default=None, description="UUID of the physical GPU")
+    mig_profile: str | None = Field(default=None, description="e.g. '1g.10gb'")
+
+
+class RegisterRequest(WireModel):
+    """Sent once at agent start (and again after the server forgot the node).
+
+    ``node`` is the node's name (a lowercase DNS label, usually the host name); ``address`` is
+    how other nodes reach this one (used as ``MASTER_ADDR`` for gangs). ``pool`` puts all the
+    node's devices in that pool when the node is new; an operator may move them later.
+    """
+
+    node: str = Field(min_length=1, max_length=64)
+    address: str | None = Field(default=None, max_length=255)
+    cpu_milli: int = Field(ge=0)
+    memory_mib: int = Field(ge=0, description="host memory")
+    devices: list[DeviceInfo] = Field(default_factory=list, max_length=256)
+    agent_version: str = Field(min_length=1, max_length=64)
+    isolation_modes: list[str] = Field(
+        default_factory=lambda: ["exclusive", "soft"],
+        description=f"modes this node can enforce, among {', '.join(ISOLATION_MODES)}",
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    pool: str | None = None
+
+
+class RegisterResponse(WireModel):
+    """The server's answer to a registration."""
+
+    node_id: str
+    epoch: int
+    heartbeat_interval_s: float
+    server_version: str
+
+
+class DeviceTelemetry(WireModel):
+    """One device's latest sample. ``xid`` is the last XID error code seen, if any."""
+
+    uuid: str
+    utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    memory_used_mib: int | None = Field(default=None, ge=0)
+    temperature_c: float | None = None
+    power_w: float | None = Field(default=None, ge=0.0)
+    healthy: bool = True
+    xid: int | None = None
+
+
+class ReplicaState(str, enum.Enum):
+    """What the agent observes about one assignment.
+
+    - ``starting``: accepted; processes are being launched.
+    - ``running``: the processes run.
+    - ``exited``: every process is gone; ``exit_code`` / ``signal`` say how, ``stop_reason``
+      says whether the agent stopped it and why.
+    - ``boot_failed``: it could not be started (missing program, bad workdir); ``reason`` says why.
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    BOOT_FAILED = "boot_failed"
+
+
+class StopReason(str, enum.Enum):
+    """Why a replica is (to be) stopped.
+
+    ``cancel``, ``preempt`` and ``timeout`` come from the server (or the time limit the agent
+    enforces); ``memory`` is the watchdog stopping a job over its memory slice; ``pressure`` is
+    the agent preempting an opportunistic job because the device ran short of memory.
+    """
+
+    CANCEL = "cancel"
+    PREEMPT = "preempt"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    PRESSURE = "pressure"
+
+
+class ReplicaStatus(WireModel):
+    """The agent's report about one assignment."""
+
+    assignment_id: str
+    state: ReplicaState
+    exit_code: int | None = None
+    signal: str | None = Field(default=None, description="e.g. 'SIGKILL' when killed by one")
+    stop_reason: StopReason | None = None
+    isolation: str | None = Field(default=None, description="mode actually enforced")
+    reason: str | None = Field(default=None, max_length=2000)
+    checkpoint_time: float | None = Field(
+        default=None, description="when the job last reported a checkpoint (epoch seconds)"
+    )
+
+
+class HeartbeatRequest(WireModel):
+    """Sent every ``heartbeat_interval_s``: telemetry and the full list of replica states."""
+
+    node: str
+    epoch: int = Field(description="the highest server epoch this agent has seen (0 = none)")
+    telemetry: list[DeviceTelemetry] = Field(default_factory=list)
+    replicas: list[ReplicaStatus] = Field(default_factory=list)
+
+
+class GangInfo(WireModel):
+    """Rendezvous variables for a multi-replica job (PyTorch distributed names)."""
+
+    master_addr: str
+    master_port: int
+    world_size: int
+    rank: int
+    local_rank: int
+
+
+class AssignmentSpec(WireModel):
+    """One replica to start on this node.
+
+    Exactly one of ``command`` (argv, no shell) and ``script`` (``/bin/sh -c``) is set.
+    ``milli_per_device`` and ``memory_mib_per_device`` describe the slice on every device in
+    ``device_uuids``; ``time_limit_s`` ``None`` means no limit.
+    """
+
+    assignment_id: str
+    epoch: int
+    job_id: str
+    job_name: str
+    replica_rank: int
+    command: list[str] = Field(default_factory=list)
+    script: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    device_uuids: list[str] = Field(default_factory=list)
+    milli_per_device: int
+    memory_mib_per_device: int
+    isolation: str = "auto"
+    time_limit_s: float | None = None
+    checkpoint_signal: str = "SIGTERM"
+    grace_period_s: float = 30.0
+    gang: GangInfo | None = None
+    restart_count: int = 0
+    checkpoint_dir: str | None = None
+    priority: int = 0
+    preemptible: bool = False
+
+
+class StopOrder(WireModel):
+    """Stop one replica: send ``signal``, wait ``grace_period_s``, then kill its group."""
+
+    assignment_id: str
+    epoch: int
+    reason: StopReason
+    signal: str = "SIGTERM"
+    grace_period_s: float = 30.0
+
+
+class HeartbeatResponse(WireModel):
+    """What the node should do now."""
+
+    epoch: int
+    heartbeat_interval_s: float
+    start: list[AssignmentSpec] = Field(default_factory=list)
+    stop: list[StopOrder] = Field(default_factory=list)
+    finished_ack: list[str] = Field(
+        default_factory=list, description="assignment ids the server recorded as finished"
+    )
+    registered: bool = Field(
+        default=True, description="False when the server does not know the node: register again"
+    )
