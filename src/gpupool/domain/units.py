@@ -144,12 +144,12 @@ def format_memory(mib: int) -> str:
     if mib == 0:
         return "0MiB"
     for size, unit in ((MIB_PER_TIB, "TiB"), (MIB_PER_GIB, "GiB")):
-        if mib >= size:
-            value = mib / size
-            # Only use the larger unit when the decimal form is exact with at most 3 digits.
-            text = f"{value:.3f}".rstrip("0").rstrip(".")
-            if round(float(text) * size) == mib:
-                return f"{text}{unit}"
+        # Use the larger unit only when its decimal form is exact with at most 3 digits.
+        if mib >= size and (mib * 1000) % size == 0:
+            thousandths = mib * 1000 // size
+            whole, frac = divmod(thousandths, 1000)
+            text = f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
+            return f"{text}{unit}"
     return f"{mib}MiB"
 
 
