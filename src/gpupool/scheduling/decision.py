@@ -1,0 +1,185 @@
+"""The scheduler's output: what to start, what to stop, and why everything else waits.
+
+The caller commits a :class:`Decision` (in one transaction) and dispatches it; the scheduler
+itself changes nothing.
+
+Words:
+
+- a **start** (:class:`Start`) places every replica of one job; a gang's replicas carry their
+  rank (``ReplicaStart.rank``), and a gang is always started whole.
+- a **preemption** (:class:`Preemption`) stops a running job (all its replicas) to make room for
+  a pending one. The pending job does not start in the same cycle: it waits
+  (``WaitingForPreemption``) until its victims have stopped, and the room is kept for it.
+- a **reservation** (:class:`Reservation`) promises the first blocked job of a pool its earliest
+  start; later jobs start only when they do not delay it (EASY backfill).
+- every job left pending has a :class:`PendingInfo`: a machine-readable :class:`PendingReason`,
+  a sentence for people and an estimated start time (``None`` when it cannot be estimated).
+- :class:`PriorityFactors` is the ordering stage's factor table for one job (``explain``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class PendingReason(enum.Enum):
+    """Why a job is still pending. Values are the names users and scripts see."""
+
+    HELD = "Held"  # a user or admin holds it
+    NOT_ELIGIBLE = "NotEligible"  # its eligible time is in the future
+    POOL_UNKNOWN = "PoolUnknown"  # it names a pool that does not exist
+    QUOTA_EXCEEDED = "QuotaExceeded"  # starting it would pass its tenant's limit in the pool
+    BUDGET_EXHAUSTED = "BudgetExhausted"  # its tenant spent the pool's GPU-hour budget
+    NO_DEVICE_OF_TYPE = "NoDeviceOfType"  # no usable device of an allowed GPU type in the pool
+    TOO_LARGE = "TooLarge"  # it would not fit even on an empty pool
+    INSUFFICIENT_GPU = "InsufficientGpu"  # not enough free GPU share right now
+    INSUFFICIENT_MEMORY = "InsufficientMemory"  # GPU share free, GPU memory not
+    INSUFFICIENT_CPU = "InsufficientCpu"  # GPUs free, host CPUs not
+    INSUFFICIENT_HOST_MEMORY = "InsufficientHostMemory"  # GPUs and CPUs free, host memory not
+    GANG_INCOMPLETE = "GangIncomplete"  # some replicas of the gang fit, not all
+    WAITING_FOR_RESERVATION = "WaitingForReservation"  # it holds the pool's reservation
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are stopping to make room for it
+    PRIORITY = "Priority"  # it fits, but would delay a reserved higher-priority job
+    CYCLE_LIMIT = "CycleLimit"  # not considered this cycle (``max_jobs_per_cycle``)
+
+
+class PreemptionReason(enum.Enum):
+    """Why a victim is stopped."""
+
+    PRIORITY = "Priority"  # a job of strictly higher priority needs the room
+    RECLAIM = "Reclaim"  # an in-quota job takes back capacity the victim borrowed
+
+
+@dataclass(frozen=True)
+class ReplicaStart:
+    """Where one replica goes: ``devices`` are UUIDs on ``node``, each with the same slice."""
+
+    rank: int
+    node: str
+    devices: tuple[str, ...]
+    milli_per_device: int
+    memory_per_device_mib: int
+    cpu_milli: int
+    host_memory_mib: int
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start every replica of ``job_id``. ``borrowing`` marks a start above the guarantee."""
+
+    job_id: str
+    tenant: str
+    pool: str
+    replicas: tuple[ReplicaStart, ...]
+    borrowing: bool = False
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(r.milli_per_device * len(r.devices) for r in self.replicas)
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``victim`` (every replica) so that ``for_job`` can place."""
+
+    victim: str
+    for_job: str
+    reason: PreemptionReason
+    message: str
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The pool's first blocked job is promised ``nodes`` from ``start_time``.
+
+    ``start_time`` ``None`` means the start depends on running jobs with no known end; the
+    devices are still kept free of longer backfill.
+    """
+
+    job_id: str
+    pool: str
+    start_time: float | None
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PendingInfo:
+    """Why a job waits, for machines (``reason``) and people (``message``).
+
+    ``estimated_start`` is the earliest time the job is expected to fit, from the expected
+    ends of running jobs; ``None`` when unknown (no end known, quota or hold).
+    """
+
+    reason: PendingReason
+    message: str
+    estimated_start: float | None = None
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One row of a job's priority table: ``contribution = weight * value``."""
+
+    name: str
+    weight: float
+    value: float
+    meaning: str
+
+    @property
+    def contribution(self) -> float:
+        return self.weight * self.value
+
+
+@dataclass(frozen=True)
+class PriorityFactors:
+    """The ordering stage's factor table for one job; ``score`` is the sum of contributions."""
+
+    job_id: str
+    factors: tuple[Factor, ...]
+
+    @property
+    def score(self) -> float:
+        return sum(f.contribution for f in self.factors)
+
+
+def _frozen_map(mapping: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one scheduling cycle decided.
+
+    ``order`` is every pending job id in the order the cycle considered them; ``pending`` has an
+    entry for every pending job that was not started; ``priorities`` the factor table of every
+    pending job.
+    """
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    pending: Mapping[str, PendingInfo] = field(default_factory=dict)
+    priorities: Mapping[str, PriorityFactors] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pending", _frozen_map(self.pending))
+        object.__setattr__(self, "priorities", _frozen_map(self.priorities))
+
+    def start_of(self, job_id: str) -> Start | None:
+        """The start of ``job_id`` in this decision, or ``None``."""
+        return next((s for s in self.starts if s.job_id == job_id), None)
+
+    def explain(self, job_id: str) -> PriorityFactors:
+        """The priority factor table of a pending job (``KeyError`` for unknown ids)."""
+        return self.priorities[job_id]
+
+    @property
+    def started_ids(self) -> frozenset[str]:
+        return frozenset(s.job_id for s in self.starts)
+
+    @property
+    def victim_ids(self) -> frozenset[str]:
+        return frozenset(p.victim for p in self.preemptions)
