@@ -32,6 +32,13 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)
+class PolicyOptions:
+    """Construction options shared by every policy. ``seed`` feeds any randomness."""
+
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Shape:
     """One replica's needs, in integers.
 
@@ -72,7 +79,9 @@ class CapacityArrays:
 
     Memory arrays are in MiB and already include the pool's overcommit ratio: ``free_mem`` is
     what may still be *promised* on a device. ``usable`` is False for padding, unhealthy
-    devices and devices outside the pool being scheduled.
+    devices and devices outside the pool being scheduled. ``physical_mem`` is the device's
+    real memory, the base of proportional requests (``Shape.memory_mib is None``); it defaults
+    to ``total_mem``, which is right when nothing is overcommitted.
     """
 
     node_names: tuple[str, ...]
@@ -87,11 +96,14 @@ class CapacityArrays:
     nvlink_group: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     cpu_total: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     gpu_count: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    physical_mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     def __post_init__(self) -> None:
         n, g = self.free_milli.shape
         if self.nvlink_group.shape != (n, g):
             self.nvlink_group = np.full((n, g), -1, dtype=np.int64)
+        if self.physical_mem.shape != (n, g):
+            self.physical_mem = self.total_mem
         if self.cpu_total.shape != (n,):
             self.cpu_total = self.cpu_free.copy()
         if self.gpu_count.shape != (n,):
@@ -105,7 +117,7 @@ class CapacityArrays:
         """Memory ``shape`` needs on each slot of ``node`` (resolving proportional requests)."""
         if shape.memory_mib is not None:
             return np.full(self.free_mem.shape[1], shape.memory_mib, dtype=np.int64)
-        need: IntArray = self.total_mem[node] * shape.milli // MILLI_PER_GPU
+        need: IntArray = self.physical_mem[node] * shape.milli // MILLI_PER_GPU
         return need
 
     def slot_fits(self, shape: Shape) -> BoolArray:
@@ -114,8 +126,27 @@ class CapacityArrays:
         if shape.memory_mib is not None:
             ok &= self.free_mem >= shape.memory_mib
         else:
-            ok &= self.free_mem >= self.total_mem * shape.milli // MILLI_PER_GPU
+            ok &= self.free_mem >= self.physical_mem * shape.milli // MILLI_PER_GPU
         return ok
+
+    def slot_fits_on_node(self, shape: Shape, node: int) -> BoolArray:
+        """[G] mask of :meth:`slot_fits` for one node row only (cheap for what-if checks)."""
+        ok = self.usable[node] & (self.free_milli[node] >= shape.milli)
+        fits: BoolArray = ok & (self.free_mem[node] >= self.memory_need(shape, node))
+        return fits
+
+    def fits_on_node(self, shape: Shape, node: int) -> bool:
+        """True when ``shape`` fits on ``node`` now: model, CPU, host memory and enough slots."""
+        if (
+            self.cpu_free[node] < shape.cpu_milli
+            or self.host_mem_free[node] < shape.host_memory_mib
+        ):
+            return False
+        if shape.models is not None and not shape.models[int(self.node_model[node])]:
+            return False
+        if shape.count == 0:
+            return True
+        return int(self.slot_fits_on_node(shape, node).sum()) >= shape.count
 
     def feasible_nodes(self, shape: Shape) -> BoolArray:
         """[N] mask of nodes where ``shape`` fits: model, CPU, host memory, enough slots."""
@@ -174,6 +205,7 @@ class CapacityArrays:
             nvlink_group=self.nvlink_group.copy(),
             cpu_total=self.cpu_total.copy(),
             gpu_count=self.gpu_count.copy(),
+            physical_mem=self.physical_mem.copy(),
         )
 
 
@@ -214,4 +246,26 @@ def best_fit_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[i
     if shape.is_sharing:
         free = capacity.free_milli[node, idx]
         return (int(idx[int(np.argmin(free))]),)
+    return tuple(int(i) for i in idx[: shape.count])
+
+
+def topology_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[int, ...]:
+    """Slots for a multi-GPU ``shape`` on ``node``, kept inside one NVLink group when possible.
+
+    Among the NVLink groups with enough fitting slots, the one with the fewest fitting slots is
+    used (best fit, so big groups stay whole for big jobs; lowest group id on ties); without
+    such a group (or NVLink information) this is :func:`best_fit_slots`.
+    """
+    if shape.count <= 1:
+        return best_fit_slots(capacity, shape, node)
+    fits = capacity.slot_fits_on_node(shape, node)
+    groups = capacity.nvlink_group[node]
+    best: tuple[int, int] | None = None  # (fitting slots, group id)
+    for group in sorted({int(g) for g in groups[fits] if g >= 0}):
+        n_fit = int((fits & (groups == group)).sum())
+        if n_fit >= shape.count and (best is None or n_fit < best[0]):
+            best = (n_fit, group)
+    if best is None:
+        return best_fit_slots(capacity, shape, node)
+    idx = np.flatnonzero(fits & (groups == best[1]))
     return tuple(int(i) for i in idx[: shape.count])

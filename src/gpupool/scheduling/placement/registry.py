@@ -8,23 +8,21 @@ Each policy module adds one entry to :data:`POLICIES`, explicitly (no import-tim
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidValue
-from gpupool.scheduling.placement.base import PlacementPolicy
+from gpupool.scheduling.placement.base import PlacementPolicy, PolicyOptions
+from gpupool.scheduling.placement.bestfit import BestFit
+from gpupool.scheduling.placement.spread import Spread
 
-
-@dataclass(frozen=True)
-class PolicyOptions:
-    """Construction options shared by every policy. ``seed`` feeds any randomness."""
-
-    seed: int = 0
-
+__all__ = ["DEFAULT_POLICY", "POLICIES", "PolicyOptions", "make_policy", "policy_names"]
 
 PolicyFactory = Callable[[PolicyOptions], PlacementPolicy]
 
 #: name -> factory. Policy modules register here; keep the list sorted by name.
-POLICIES: dict[str, PolicyFactory] = {}
+POLICIES: dict[str, PolicyFactory] = {
+    "bestfit": BestFit,
+    "spread": Spread,
+}
 
 #: What a pool's ``placement: default`` means.
 DEFAULT_POLICY = "bestfit"
