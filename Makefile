@@ -17,8 +17,8 @@ run: $(STAMP)
 	$(BIN)/gpupool up
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
