@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -83,6 +83,7 @@ class PodRecord:
     ``gpu_milli`` is per GPU (0 when ``num_gpu`` is 0). ``gpu_spec`` is the tuple of accepted GPU
     models, or ``None`` for any model. Times are integer seconds from the trace start, ``None``
     where the trace has none (a pod that never got scheduled has no ``scheduled_time``).
+    ``line`` is the record's 1-based line in its file (for errors found later; not compared).
     """
 
     name: str
@@ -96,6 +97,7 @@ class PodRecord:
     creation_time: int | None = None
     deletion_time: int | None = None
     scheduled_time: int | None = None
+    line: int | None = field(default=None, compare=False)  # 1-based line in its file
 
     @property
     def total_gpu_milli(self) -> int:
@@ -287,6 +289,7 @@ def read_pods(path: Path | str) -> tuple[PodRecord, ...]:
                 creation_time=_optional(path, line, row, "creation_time", _optional_count),
                 deletion_time=_optional(path, line, row, "deletion_time", _optional_count),
                 scheduled_time=_optional(path, line, row, "scheduled_time", _optional_count),
+                line=line,
             )
         )
     return tuple(pods)
