@@ -1,0 +1,200 @@
+"""The executor: launches replicas through supervisors, stops them, and re-adopts them.
+
+It owns ``<state>/jobs/``. Each replica has a job folder (:mod:`gpupool.agent.jobdir`) keyed by
+its assignment id and one supervisor process (:mod:`gpupool.agent.supervisor`) started in a
+session of its own, so replicas outlive the agent. After an agent restart :meth:`Executor.adopt`
+finds every job folder again; a replica whose supervisor still runs is followed as before, one
+whose supervisor ended has its recorded result, and none is ever started twice.
+
+Words: **key** is the assignment id; a replica is **live** while its supervisor runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.agent.jobdir import (
+    BOOT_FAILED,
+    EXITED,
+    RUNNING,
+    STARTING,
+    JobDir,
+    LaunchSpec,
+    ProcessState,
+    StopRequest,
+    write_json,
+)
+from gpupool.runtime.procs import is_alive
+
+#: Finished replica folders kept under ``done/`` for their logs.
+KEEP_DONE = 500
+_SUPERVISOR_GONE = (
+    "its supervisor process ended without recording a result (killed, or the node rebooted)"
+)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the executor knows about one replica now."""
+
+    key: str
+    status: str  # STARTING, RUNNING, BOOT_FAILED or EXITED (jobdir constants)
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stop_reason: str | None = None
+    reason: str | None = None
+    started_at: float | None = None
+
+
+class Executor:
+    """Starts and follows supervisors for the replicas of this node."""
+
+    def __init__(self, state_dir: Path, *, python: str | None = None) -> None:
+        self.jobs_dir = state_dir / "jobs"
+        self.done_dir = state_dir / "done"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.done_dir.mkdir(parents=True, exist_ok=True)
+        self._python = python or sys.executable
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # supervisors we started
+        self._stopping: set[str] = set()
+
+    def jobdir(self, key: str) -> JobDir:
+        return JobDir(self.jobs_dir / key)
+
+    def known(self) -> list[str]:
+        """Keys of every job folder, launched by this agent or an earlier one."""
+        return sorted(p.name for p in self.jobs_dir.iterdir() if (p / "launch.json").exists())
+
+    def launch(self, key: str, spec: LaunchSpec, assignment: dict[str, object]) -> None:
+        """Create the job folder and start its supervisor. A known key is never relaunched."""
+        jd = self.jobdir(key)
+        if jd.launch.exists():
+            return
+        jd.path.mkdir(parents=True, exist_ok=True)
+        write_json(jd.assignment, assignment)
+        write_json(jd.launch, spec.to_json())
+        self._children[key] = subprocess.Popen(
+            [self._python, "-m", "gpupool.agent.supervisor", str(jd.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(jd.path / "supervisor.log", "ab"),  # noqa: SIM115 - the child owns it
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def record_boot_failure(self, key: str, reason: str, assignment: dict[str, object]) -> None:
+        """Record a replica the agent refused to start (bad workdir, isolation unavailable)."""
+        jd = self.jobdir(key)
+        if jd.launch.exists():
+            return
+        jd.path.mkdir(parents=True, exist_ok=True)
+        write_json(jd.assignment, assignment)
+        jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason))
+        write_json(jd.launch, {"refused": True})
+
+    def stop(self, key: str, *, reason: str, signal_name: str, grace_s: float) -> bool:
+        """Ask the replica's supervisor to stop it; False when there is nothing to stop."""
+        jd = self.jobdir(key)
+        state = jd.read_state()
+        if state is not None and state.finished:
+            return False
+        if key in self._stopping or jd.stop.exists():
+            return True  # already stopping: a repeated order changes nothing
+        jd.write_stop(StopRequest(reason, signal_name, grace_s))
+        self._stopping.add(key)
+        if state is not None and state.supervisor_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state.supervisor_pid, signal.SIGUSR1)
+        return True
+
+    def signal(self, key: str, signal_name: str) -> None:
+        """Send a signal to the replica's process group without stopping it (watchdog)."""
+
+        state = self.jobdir(key).read_state()
+        if state is None or state.pid is None or state.finished:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(state.pid, getattr(signal, signal_name, signal.SIGTERM))
+
+    def is_stopping(self, key: str) -> bool:
+        return key in self._stopping or self.jobdir(key).stop.exists()
+
+    def observe(self, key: str) -> Observed:
+        """The replica's status from its state file and its supervisor's liveness."""
+        child = self._children.get(key)
+        if child is not None and child.poll() is not None:
+            del self._children[key]  # reaped; the state file has the result
+        jd = self.jobdir(key)
+        state = jd.read_state()
+        if state is None:
+            if child is not None and child.returncode is None:
+                return Observed(key, STARTING)
+            return Observed(key, EXITED, reason=_SUPERVISOR_GONE)
+        if state.finished:
+            return Observed(
+                key,
+                state.status,
+                state.pid,
+                state.exit_code,
+                state.signal,
+                state.stop_reason,
+                state.reason,
+                state.started_at,
+            )
+        alive = (child is not None and child.returncode is None) or (
+            state.supervisor_pid is not None
+            and is_alive(state.supervisor_pid, state.supervisor_ticks)
+        )
+        if alive:
+            status = RUNNING if state.status == RUNNING else STARTING
+            return Observed(key, status, state.pid, started_at=state.started_at)
+        # The supervisor died without a result: make sure nothing of the job is left.
+        if state.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(state.pid, signal.SIGKILL)
+        lost = ProcessState(
+            status=EXITED, pid=state.pid, started_at=state.started_at, reason=_SUPERVISOR_GONE
+        )
+        jd.write_state(lost)
+        return Observed(
+            key, EXITED, state.pid, reason=_SUPERVISOR_GONE, started_at=state.started_at
+        )
+
+    def forget(self, key: str) -> None:
+        """Move a finished replica's folder to ``done/`` (the server acknowledged its end).
+
+        Its logs stay readable there; only the newest ``KEEP_DONE`` folders are kept.
+        """
+        self._stopping.discard(key)
+        self._children.pop(key, None)
+        src = self.jobdir(key).path
+        if not src.exists():
+            return
+        dst = self.done_dir / key
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(src, dst)
+        done = sorted(self.done_dir.iterdir(), key=lambda p: p.stat().st_mtime)
+        for old in done[: max(0, len(done) - KEEP_DONE)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def log_path(self, key: str, stream: str = "stdout") -> Path | None:
+        """Where a replica's log is, live or done; ``None`` when it is unknown."""
+        for base in (self.jobs_dir, self.done_dir):
+            path = base / key / f"{stream}.log"
+            if path.exists():
+                return path
+        return None
+
+    def live_supervisors(self) -> int:
+        return sum(1 for c in self._children.values() if c.poll() is None)
+
+
+__all__ = ["EXITED", "RUNNING", "STARTING", "Executor", "Observed"]

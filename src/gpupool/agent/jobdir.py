@@ -1,0 +1,144 @@
+"""The on-disk record of one replica on a node: its job folder.
+
+The agent and the replica's supervisor talk only through these files, so either may restart
+without the other losing anything. Every write is atomic (write a temporary file, then rename).
+
+``<state>/jobs/<assignment id>/``:
+
+- ``assignment.json`` (agent): the assignment as the server sent it, and the isolation mode
+  the agent chose;
+- ``launch.json`` (agent): what to run: argv, env, cwd, time limit, stop signal and grace;
+- ``state.json`` (supervisor): its pid, the job's pid, ``status`` and, at the end, the exit
+  code or signal and the stop reason;
+- ``stop.json`` (agent): a stop request: reason, signal, grace (the supervisor acts on it);
+- ``stdout.log``, ``stderr.log`` (supervisor): the job's output, capped at ``log_cap_bytes``.
+
+``status`` is ``starting`` (supervisor up, job not yet), ``running``, ``boot_failed`` (could not
+start the program; ``reason`` says why) or ``exited``. This module uses only the standard
+library: the supervisor imports it and must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STARTING = "starting"
+RUNNING = "running"
+BOOT_FAILED = "boot_failed"
+EXITED = "exited"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically (readers see the old or the new file, never half)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What the supervisor runs. ``time_limit_s`` ``None`` means none; signals by name."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    time_limit_s: float | None = None
+    stop_signal: str = "SIGTERM"
+    grace_s: float = 30.0
+    log_cap_bytes: int = 64 * 1024 * 1024
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchSpec:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    reason: str
+    signal: str = "SIGTERM"
+    grace_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """What ``state.json`` says (see the module docstring)."""
+
+    status: str
+    supervisor_pid: int | None = None
+    supervisor_ticks: int | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stop_reason: str | None = None
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessState:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "extra"}
+        return cls(**known)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (EXITED, BOOT_FAILED)
+
+
+class JobDir:
+    """Paths and file access for one replica's folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.assignment = path / "assignment.json"
+        self.launch = path / "launch.json"
+        self.state = path / "state.json"
+        self.stop = path / "stop.json"
+        self.stdout = path / "stdout.log"
+        self.stderr = path / "stderr.log"
+
+    @property
+    def key(self) -> str:
+        return self.path.name
+
+    def read_state(self) -> ProcessState | None:
+        data = read_json(self.state)
+        return ProcessState.from_json(data) if data is not None else None
+
+    def write_state(self, state: ProcessState) -> None:
+        data = asdict(state)
+        data.pop("extra", None)
+        write_json(self.state, data)
+
+    def read_stop(self) -> StopRequest | None:
+        data = read_json(self.stop)
+        if data is None:
+            return None
+        return StopRequest(
+            reason=str(data.get("reason", "cancel")),
+            signal=str(data.get("signal", "SIGTERM")),
+            grace_s=float(data.get("grace_s", 30.0)),
+        )
+
+    def write_stop(self, request: StopRequest) -> None:
+        write_json(self.stop, asdict(request))

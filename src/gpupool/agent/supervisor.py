@@ -1,0 +1,210 @@
+"""The per-replica supervisor: ``python -m gpupool.agent.supervisor JOBDIR``.
+
+The agent starts one supervisor per replica in a session of its own, so it survives the agent
+being restarted or killed. The supervisor:
+
+1. reads ``launch.json`` and starts the job's program (argv, no shell unless the argv is one)
+   in a *new session and process group* whose id is the job's pid, with stdin from
+   ``/dev/null`` and stdout/stderr piped into capped log files;
+2. records the job's pid in ``state.json`` (``running``), or ``boot_failed`` with the reason;
+3. waits for the job to end, acting meanwhile on the time limit and on stop requests
+   (``stop.json``, announced with ``SIGUSR1``): send the stop signal to the group, wait the
+   grace, then ``SIGKILL`` the group;
+4. kills whatever is left of the group, and records the exit code or the signal that ended the
+   job and the stop reason (``exited``).
+
+The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
+itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+from gpupool.agent.jobdir import (
+    BOOT_FAILED,
+    EXITED,
+    RUNNING,
+    STARTING,
+    JobDir,
+    LaunchSpec,
+    ProcessState,
+    StopRequest,
+    read_json,
+)
+from gpupool.control.clock import SystemClock
+from gpupool.runtime.procs import start_ticks
+
+_TRUNCATED = b"\n[gpupool: log reached its size cap; further output was discarded]\n"
+
+
+def _pump(source: IO[bytes], path: Path, cap: int) -> None:
+    """Copy ``source`` into ``path`` until EOF, keeping at most ``cap`` bytes."""
+    written = 0
+    with open(path, "ab", buffering=0) as out:
+        while True:
+            chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
+            if not chunk:
+                break
+            if written >= cap:
+                continue  # keep draining so the job never blocks on a full pipe
+            room = cap - written
+            out.write(chunk[:room])
+            written += min(len(chunk), room)
+            if written >= cap:
+                out.write(_TRUNCATED)
+
+
+def _signal_number(name: str) -> int:
+    try:
+        return int(getattr(signal, name))
+    except (AttributeError, TypeError):
+        return int(signal.SIGTERM)
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+class Supervisor:
+    def __init__(self, jobdir: JobDir) -> None:
+        self.jobdir = jobdir
+        self.clock = SystemClock()
+        self.wake = threading.Event()
+        self.terminate_requested = False
+
+    def _write(self, **fields: object) -> None:
+        base = {
+            "supervisor_pid": os.getpid(),
+            "supervisor_ticks": start_ticks(os.getpid()),
+        }
+        self.jobdir.write_state(ProcessState.from_json({**base, **fields}))
+
+    def run(self) -> int:
+        data = read_json(self.jobdir.launch)
+        if data is None:
+            self._write(status=BOOT_FAILED, reason="launch.json is missing or unreadable")
+            return 1
+        spec = LaunchSpec.from_json(data)
+        signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._write(status=STARTING)
+        early = self.jobdir.read_stop()
+        if early is not None:  # stopped before it started: never start it
+            self._write(
+                status=EXITED,
+                stop_reason=early.reason,
+                ended_at=self.clock.now(),
+                reason="stopped before its program started",
+            )
+            return 0
+        started_at = self.clock.now()
+        try:
+            proc = subprocess.Popen(
+                spec.argv,
+                cwd=spec.cwd,
+                env=spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            what = spec.argv[0] if spec.argv else "(empty command)"
+            hint = "check the program name and PATH" if isinstance(exc, FileNotFoundError) else ""
+            self._write(
+                status=BOOT_FAILED,
+                reason=f"cannot start {what!r} in {spec.cwd}: {exc.strerror or exc}"
+                + (f" ({hint})" if hint else ""),
+                ended_at=self.clock.now(),
+            )
+            return 1
+        self._write(status=RUNNING, pid=proc.pid, started_at=started_at)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        pumps = [
+            threading.Thread(target=_pump, args=(s, p, spec.log_cap_bytes), daemon=True)
+            for s, p in ((proc.stdout, self.jobdir.stdout), (proc.stderr, self.jobdir.stderr))
+        ]
+        for t in pumps:
+            t.start()
+        waiter = threading.Thread(target=self._wait_for, args=(proc,), daemon=True)
+        waiter.start()
+        stop_reason, kill_at = self._supervise(proc, spec)
+        _killpg(proc.pid, signal.SIGKILL)  # leftovers of the group: free the GPU
+        for t in pumps:
+            t.join(timeout=5.0)
+        code = proc.returncode
+        self._write(
+            status=EXITED,
+            pid=proc.pid,
+            started_at=started_at,
+            ended_at=self.clock.now(),
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            stop_reason=stop_reason,
+            reason="killed after its grace period" if kill_at == "killed" else None,
+        )
+        return 0
+
+    def _wait_for(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.wait()
+        self.wake.set()
+
+    def _on_term(self, *_: object) -> None:
+        self.terminate_requested = True
+        self.wake.set()
+
+    def _supervise(self, proc: subprocess.Popen[bytes], spec: LaunchSpec) -> tuple[str | None, str]:
+        """Wait for the job; returns (stop reason, "killed" if SIGKILL was needed else "")."""
+        mono = self.clock.monotonic
+        limit_at = mono() + spec.time_limit_s if spec.time_limit_s is not None else None
+        stop_reason: str | None = None
+        kill_deadline: float | None = None
+        killed = ""
+        while proc.poll() is None:
+            deadlines = [d for d in (limit_at, kill_deadline) if d is not None]
+            timeout = max(0.0, min(deadlines) - mono()) if deadlines else None
+            self.wake.wait(timeout)
+            self.wake.clear()
+            if proc.poll() is not None:
+                break
+            if stop_reason is None:
+                request: StopRequest | None = self.jobdir.read_stop()
+                if request is None and self.terminate_requested:
+                    request = StopRequest("cancel", spec.stop_signal, spec.grace_s)
+                if request is None and limit_at is not None and mono() >= limit_at:
+                    request = StopRequest("timeout", spec.stop_signal, spec.grace_s)
+                if request is not None:
+                    stop_reason = request.reason
+                    _killpg(proc.pid, _signal_number(request.signal))
+                    kill_deadline = mono() + max(0.0, request.grace_s)
+                    limit_at = None
+                    continue
+            if kill_deadline is not None and mono() >= kill_deadline:
+                _killpg(proc.pid, signal.SIGKILL)
+                killed = "killed"
+                kill_deadline = None
+        return stop_reason, killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gpupool.agent.supervisor JOBDIR", file=sys.stderr)
+        return 2
+    return Supervisor(JobDir(Path(args[0]))).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

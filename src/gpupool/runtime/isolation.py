@@ -1,0 +1,194 @@
+"""Isolation modes: how a node enforces a slice, and which one a job gets.
+
+Each mode is a small object registered by name in :data:`MODES` (no ``if mode == ...``
+chains). For one replica's slice (:class:`SliceContext`) a mode says whether it can enforce it
+(:meth:`IsolationMode.supports`) and which environment the job's processes need
+(:meth:`IsolationMode.job_env`).
+
+| mode | guarantees | needs |
+|---|---|---|
+| ``mig`` | hardware partition: own SMs, memory and cache | devices that are MIG instances |
+| ``exclusive`` | whole devices, nobody else on them | a whole-device slice |
+| ``mps`` | hard SM share and pinned memory limit (NVIDIA MPS) | a running MPS control daemon |
+| ``soft`` | framework memory caps + NVML watchdog | nothing (best effort) |
+
+``auto`` walks :data:`AUTO_ORDER`, strongest first, and takes the first mode that supports the
+slice. An explicitly requested mode that cannot be enforced is refused with a reason (the job
+then fails to boot with that reason) rather than silently weakened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpupool.domain.errors import GpupoolError
+from gpupool.domain.units import MILLI_PER_GPU
+
+
+class IsolationUnavailable(GpupoolError):
+    """The requested isolation cannot be enforced for this slice on this node."""
+
+
+@dataclass(frozen=True)
+class SliceDevice:
+    """A device of a slice: UUID, physical memory (MiB), and whether it is a MIG instance."""
+
+    uuid: str
+    memory_mib: int
+    is_mig: bool = False
+
+
+@dataclass(frozen=True)
+class SliceContext:
+    """One replica's slice on this node: its devices and the share of each.
+
+    ``milli`` and ``memory_mib`` are per device. ``mps_pipe_dir`` / ``mps_log_dir`` are set
+    when this node runs an MPS control daemon; ``soft_hook_dir`` is the folder holding the
+    interpreter start hook.
+    """
+
+    devices: tuple[SliceDevice, ...]
+    milli: int
+    memory_mib: int
+    mps_pipe_dir: str | None = None
+    mps_log_dir: str | None = None
+    soft_hook_dir: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.milli >= MILLI_PER_GPU
+
+
+class IsolationMode(Protocol):
+    """One way to enforce a slice."""
+
+    name: str
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        """``None`` when this mode can enforce ``ctx``; otherwise why not (for people)."""
+        ...
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        """Environment variables the job's processes need under this mode."""
+        ...
+
+
+class Mig:
+    name = "mig"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        if ctx.devices and all(d.is_mig for d in ctx.devices):
+            return None
+        return "the slice's devices are not MIG instances"
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        return {}  # CUDA_VISIBLE_DEVICES with MIG UUIDs is all it takes
+
+
+class Exclusive:
+    name = "exclusive"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        if ctx.whole:
+            return None
+        return f"the slice is a fraction ({ctx.milli}m) of a device, not whole devices"
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        return {}
+
+
+def mps_thread_percentage(milli: int) -> int:
+    """MPS active-thread percentage for a compute share: rounded up, 1..100."""
+    return max(1, min(100, math.ceil(milli / 10)))
+
+
+class Mps:
+    name = "mps"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        if ctx.mps_pipe_dir is None:
+            return "this node runs no MPS control daemon (nvidia-cuda-mps-control not available)"
+        if any(d.is_mig for d in ctx.devices):
+            return "MPS on MIG instances is not supported by gpupool"
+        return None
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        assert ctx.mps_pipe_dir is not None
+        # Device indexes in the limit are relative to CUDA_VISIBLE_DEVICES.
+        limits = ",".join(f"{i}={ctx.memory_mib}M" for i in range(len(ctx.devices)))
+        env = {
+            "CUDA_MPS_PIPE_DIRECTORY": ctx.mps_pipe_dir,
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(mps_thread_percentage(ctx.milli)),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits,
+        }
+        if ctx.mps_log_dir is not None:
+            env["CUDA_MPS_LOG_DIRECTORY"] = ctx.mps_log_dir
+        return env
+
+
+def memory_fraction(ctx: SliceContext) -> float:
+    """The slice's memory as a fraction of the smallest device, floored to 3 decimals."""
+    smallest = min((d.memory_mib for d in ctx.devices), default=0)
+    if smallest <= 0:
+        return 1.0
+    return max(0.001, min(1.0, math.floor(ctx.memory_mib / smallest * 1000) / 1000))
+
+
+class Soft:
+    name = "soft"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        return None
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        fraction = f"{memory_fraction(ctx):.3f}"
+        env = {
+            "GPUPOOL_MEMORY_FRACTION": fraction,
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        }
+        if ctx.soft_hook_dir is not None:
+            env["PYTHONPATH"] = ctx.soft_hook_dir  # prepended to the job's own PYTHONPATH
+        return env
+
+
+MODES: dict[str, IsolationMode] = {m.name: m for m in (Mig(), Exclusive(), Mps(), Soft())}
+#: The order ``auto`` tries, strongest guarantee first.
+AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "soft")
+
+
+def resolve(requested: str, ctx: SliceContext) -> str | None:
+    """The mode a replica gets: ``None`` for a CPU-only replica (no devices).
+
+    Raises :class:`IsolationUnavailable` when an explicitly requested mode cannot be enforced.
+    """
+    if not ctx.devices:
+        return None
+    if requested == "auto":
+        for name in AUTO_ORDER:
+            if MODES[name].supports(ctx) is None:
+                return name
+        raise IsolationUnavailable("no isolation mode can enforce this slice")  # pragma: no cover
+    mode = MODES.get(requested)
+    if mode is None:
+        known = ", ".join(["auto", *MODES])
+        raise IsolationUnavailable(f"unknown isolation mode {requested!r}: use one of {known}")
+    why = mode.supports(ctx)
+    if why is not None:
+        raise IsolationUnavailable(
+            f"isolation {requested} was requested but {why}: submit with isolation auto"
+        )
+    return requested
+
+
+def isolation_env(mode: str | None, ctx: SliceContext) -> Mapping[str, str]:
+    """The environment for ``mode`` (empty for CPU-only replicas)."""
+    return {} if mode is None else MODES[mode].job_env(ctx)
+
+
+def offered_modes(*, mps: bool, mig: bool) -> list[str]:
+    """Modes a node offers, for its registration."""
+    return [m for m in AUTO_ORDER if (m != "mps" or mps) and (m != "mig" or mig)]

@@ -1,0 +1,62 @@
+"""Reading Linux process facts from ``/proc``: sessions, start times, liveness.
+
+The agent starts each job in its own session, so "the processes of a job" are the processes
+whose session id is the job leader's pid; NVML reports per-process GPU memory by pid, and this
+module maps those pids back to jobs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces: split after it.
+    close = text.rfind(")")
+    return text[close + 2 :].split()
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of ``pid``, or ``None`` when it is gone or unreadable."""
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields is not None else None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, identifies a process."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def is_alive(pid: int, ticks: int | None = None) -> bool:
+    """True when ``pid`` runs (not a zombie) and, if given, started at ``ticks``."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return ticks is None
+    if fields[0] in ("Z", "X"):
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of ``pid`` in MiB (from ``/proc/<pid>/status``)."""
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

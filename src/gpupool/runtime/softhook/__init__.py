@@ -1,0 +1,1 @@
+"""The folder put first on a soft-isolated job's ``PYTHONPATH``; see ``sitecustomize``."""
