@@ -12,6 +12,11 @@ from collections.abc import Callable
 from gpupool.domain.errors import InvalidValue
 from gpupool.scheduling.placement.base import PlacementPolicy, PolicyOptions
 from gpupool.scheduling.placement.bestfit import BestFit
+from gpupool.scheduling.placement.dotprod import DotProdPolicy
+from gpupool.scheduling.placement.fgd import FGDPolicy
+from gpupool.scheduling.placement.gpuclustering import GpuClusteringPolicy
+from gpupool.scheduling.placement.gpupacking import GpuPackingPolicy
+from gpupool.scheduling.placement.random_policy import RandomPolicy
 from gpupool.scheduling.placement.spread import Spread
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "PolicyOptions", "make_policy", "policy_names"]
@@ -21,6 +26,11 @@ PolicyFactory = Callable[[PolicyOptions], PlacementPolicy]
 #: name -> factory. Policy modules register here; keep the list sorted by name.
 POLICIES: dict[str, PolicyFactory] = {
     "bestfit": BestFit,
+    "dotprod": DotProdPolicy,
+    "fgd": FGDPolicy,
+    "gpuclustering": GpuClusteringPolicy,
+    "gpupacking": GpuPackingPolicy,
+    "random": RandomPolicy,
     "spread": Spread,
 }
 

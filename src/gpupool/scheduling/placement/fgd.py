@@ -1,0 +1,293 @@
+"""FGD: Fragmentation Gradient Descent placement (Weng et al., USENIX ATC 2023).
+
+FGD puts a replica on the node, and for a GPU share on the GPU, whose fragmentation ``F``
+(:mod:`.fragmentation`) grows least. As published, each placement gets the integer score
+``int(sigmoid(dF / 1000) * 100)`` where ``dF`` is how much the node's ``F`` *drops*; the
+highest score wins and ties go to the lowest node row (the caller's node order). The integer
+score is part of the algorithm's behaviour: many nodes tie, and the fixed tie order packs nodes
+one after another like first-fit.
+
+The published FGD reads the whole trace first to build its shape distribution. Here the
+distribution is given with :meth:`FGDPolicy.know_trace` (the packing experiment does that, as
+the authors' simulator does); a live scheduler that never calls it gets the distribution of
+the shapes it has been shown with ``observe`` (all of them, counted equally).
+
+Words:
+
+- **delta** ``dF``: ``F(node now) - F(node after the placement)``, in milli-GPU (higher is better).
+- **score cache** (:class:`FragScoreCache`): per shape key, the best delta and GPU of every node,
+  kept until that node's free capacity changes or the distribution changes, so each placement
+  recomputes only the rows that the previous placements touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.placement.base import (
+    BoolArray,
+    CapacityArrays,
+    Choice,
+    IntArray,
+    PolicyOptions,
+    Shape,
+    best_fit_slots,
+)
+from gpupool.scheduling.placement.fragmentation import (
+    FloatArray,
+    ShapeDistribution,
+    ShapeKey,
+    node_fragmentation,
+    shape_key,
+)
+
+#: Delta of a candidate that is not possible (a GPU that cannot hold the share).
+IMPOSSIBLE = -np.inf
+
+
+@runtime_checkable
+class TraceInformed(Protocol):
+    """A policy that, as published, learns its shape distribution from the whole trace first."""
+
+    def know_trace(self, shapes: Iterable[Shape], num_models: int) -> None:
+        """Fix the distribution to the one of ``shapes`` (all pods of the trace)."""
+        ...
+
+
+def paper_score(delta: FloatArray) -> IntArray:
+    """The authors' integer FGD score of a fragmentation drop ``delta`` (milli-GPU)."""
+    with np.errstate(over="ignore"):
+        scores: IntArray = (100.0 / (1.0 + np.exp(-delta / 1000.0))).astype(np.int64)
+    return scores
+
+
+def after_placement(free: IntArray, fits: BoolArray, shape: Shape) -> tuple[IntArray, IntArray]:
+    """Free milli of rows ``free`` [K, G] after ``shape`` takes its slots, and the slots' mask.
+
+    Shares and whole GPUs both take the fitting GPUs with least free milli (lowest index on
+    ties), as the authors' ``NodeResource.Sub`` does; rows where it does not fit are unchanged.
+    """
+    key = np.where(fits, free, np.iinfo(np.int64).max)
+    order = np.argsort(key, axis=1, kind="stable")[:, : shape.count]
+    taken = np.zeros(free.shape, dtype=np.bool_)
+    np.put_along_axis(taken, order, True, axis=1)
+    taken &= fits
+    new_free: IntArray = free - np.where(taken, shape.milli, 0)
+    return new_free, taken.astype(np.int64)
+
+
+@dataclass
+class _ShapeEntry:
+    delta: FloatArray  # [N] best fragmentation drop (IMPOSSIBLE where unknown or infeasible)
+    gpu: IntArray  # [N] best GPU for a share (-1 otherwise)
+    version: IntArray  # [N] node version the row was computed at (-1 = never)
+
+
+@dataclass
+class FragScoreCache:
+    """Per-node fragmentation and per-(node, shape) best deltas, refreshed only where stale.
+
+    The cache watches the arrays it is given: rows whose free milli, free memory or free CPU
+    differ from its last copy get a new version, which makes every cached value of the row stale.
+    A new distribution (:meth:`set_distribution`) makes everything stale.
+    """
+
+    dist: ShapeDistribution | None = None
+    _ident: int = 0
+    _free: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    _mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    _cpu: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _version: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _frag: FloatArray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    _frag_version: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _shapes: dict[ShapeKey, _ShapeEntry] = field(default_factory=dict)
+
+    def set_distribution(self, dist: ShapeDistribution) -> None:
+        self.dist = dist
+        self._shapes.clear()
+        self._frag_version[:] = -1
+
+    def sync(self, capacity: CapacityArrays) -> None:
+        """Bump the version of every row that changed since the last call."""
+        if (
+            id(capacity) != self._ident
+            or self._free.shape != capacity.free_milli.shape
+            or self._mem.shape != capacity.free_mem.shape
+        ):
+            self._ident = id(capacity)
+            self._free = capacity.free_milli.copy()
+            self._mem = capacity.free_mem.copy()
+            self._cpu = capacity.cpu_free.copy()
+            n = capacity.num_nodes
+            self._version = np.zeros(n, dtype=np.int64)
+            self._frag = np.zeros(n, dtype=np.float64)
+            self._frag_version = np.full(n, -1, dtype=np.int64)
+            self._shapes.clear()
+            return
+        changed = (
+            (capacity.free_milli != self._free).any(axis=1)
+            | (capacity.free_mem != self._mem).any(axis=1)
+            | (capacity.cpu_free != self._cpu)
+        )
+        if changed.any():
+            rows = np.flatnonzero(changed)
+            self._version[rows] += 1
+            self._free[rows] = capacity.free_milli[rows]
+            self._mem[rows] = capacity.free_mem[rows]
+            self._cpu[rows] = capacity.cpu_free[rows]
+
+    def fragmentation(self, capacity: CapacityArrays, rows: IntArray) -> FloatArray:
+        """``F`` of ``rows`` now (computed for the stale ones only)."""
+        assert self.dist is not None
+        stale = rows[self._frag_version[rows] != self._version[rows]]
+        if len(stale):
+            self._frag[stale] = node_fragmentation(
+                capacity.free_milli[stale],
+                capacity.usable[stale],
+                capacity.cpu_free[stale],
+                capacity.node_model[stale],
+                self.dist,
+            )
+            self._frag_version[stale] = self._version[stale]
+        result: FloatArray = self._frag[rows]
+        return result
+
+    def best(
+        self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray, integer: bool
+    ) -> tuple[FloatArray, IntArray]:
+        """Best delta (or integer paper score when ``integer``) and GPU for every node.
+
+        Infeasible nodes get ``IMPOSSIBLE``. For a share the GPU is the one with the best score
+        (lowest index on ties); otherwise it is -1 and the slots come from the best-fit rule.
+        """
+        assert self.dist is not None
+        n = capacity.num_nodes
+        key = (*shape_key(shape), integer)
+        entry = self._shapes.get(key)  # type: ignore[arg-type]
+        if entry is None:
+            entry = _ShapeEntry(
+                delta=np.full(n, IMPOSSIBLE),
+                gpu=np.full(n, -1, dtype=np.int64),
+                version=np.full(n, -1, dtype=np.int64),
+            )
+            self._shapes[key] = entry  # type: ignore[index]
+        rows = np.flatnonzero(feasible & (entry.version != self._version))
+        if len(rows):
+            delta, gpu = self._evaluate(capacity, shape, rows, integer)
+            entry.delta[rows] = delta
+            entry.gpu[rows] = gpu
+            entry.version[rows] = self._version[rows]
+        scores = np.where(feasible, entry.delta, IMPOSSIBLE)
+        return scores, entry.gpu
+
+    def _evaluate(
+        self, capacity: CapacityArrays, shape: Shape, rows: IntArray, integer: bool
+    ) -> tuple[FloatArray, IntArray]:
+        assert self.dist is not None
+        old = self.fragmentation(capacity, rows)
+        free = capacity.free_milli[rows]
+        usable = capacity.usable[rows]
+        cpu = capacity.cpu_free[rows] - shape.cpu_milli
+        model = capacity.node_model[rows]
+        k, g = free.shape
+        if shape.count == 0:
+            new = node_fragmentation(free, usable, cpu, model, self.dist)
+            delta = old - new
+            return (paper_score(delta).astype(np.float64) if integer else delta), np.full(
+                k, -1, dtype=np.int64
+            )
+        fits = capacity.slot_fits(shape)[rows]
+        if shape.is_sharing:
+            eye = np.eye(g, dtype=np.int64) * shape.milli
+            cand = free[:, None, :] - eye[None, :, :]  # [K, G(candidate), G(slot)]
+            new = node_fragmentation(
+                cand,
+                np.broadcast_to(usable[:, None, :], cand.shape),
+                np.broadcast_to(cpu[:, None], (k, g)),
+                np.broadcast_to(model[:, None], (k, g)),
+                self.dist,
+            )
+            delta = old[:, None] - new
+            value = paper_score(delta).astype(np.float64) if integer else delta
+            value = np.where(fits, value, IMPOSSIBLE)
+            gpu = np.argmax(value, axis=1).astype(np.int64)
+            best: FloatArray = value[np.arange(k), gpu]
+            return best, gpu
+        new_free, _ = after_placement(free, fits, shape)
+        new = node_fragmentation(new_free, usable, cpu, model, self.dist)
+        delta = old - new
+        return (paper_score(delta).astype(np.float64) if integer else delta), np.full(
+            k, -1, dtype=np.int64
+        )
+
+
+def shares_choice(capacity: CapacityArrays, shape: Shape, node: int, gpu: int) -> Choice:
+    """The choice for ``shape`` at ``node``: the scored GPU for a share, best fit otherwise."""
+    if shape.is_sharing and gpu >= 0:
+        return Choice(node=node, slots=(gpu,))
+    return Choice(node=node, slots=best_fit_slots(capacity, shape, node))
+
+
+class FGDPolicy:
+    """The published FGD: integer paper scores, ties to the lowest node row."""
+
+    name: ClassVar[str] = "fgd"
+
+    def __init__(
+        self,
+        options: PolicyOptions | None = None,
+        distribution: ShapeDistribution | None = None,
+    ) -> None:
+        self.options = options or PolicyOptions()
+        self._cache = FragScoreCache()
+        self._fixed = distribution is not None
+        self._weights: dict[ShapeKey, float] = {}
+        self._num_models = 0
+        self._dirty = False
+        if distribution is not None:
+            self._cache.set_distribution(distribution)
+
+    def know_trace(self, shapes: Iterable[Shape], num_models: int) -> None:
+        self._cache.set_distribution(ShapeDistribution.from_shapes(shapes, num_models))
+        self._fixed = True
+
+    def observe(self, shape: Shape) -> None:
+        if self._fixed:
+            return
+        key = shape_key(shape)
+        self._weights[key] = self._weights.get(key, 0.0) + 1.0
+        if shape.models is not None:
+            self._num_models = max(self._num_models, len(shape.models))
+        self._dirty = True
+
+    def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
+        if not feasible.any():
+            return None
+        if self._dirty or self._cache.dist is None:
+            weights = dict(self._weights) or {shape_key(shape): 1.0}
+            num_models = max(self._num_models, len(capacity.model_names))
+            self._cache.set_distribution(ShapeDistribution.from_weights(weights, num_models))
+            self._dirty = False
+        self._cache.sync(capacity)
+        scores, gpu = self._cache.best(capacity, shape, feasible, integer=True)
+        node = int(np.argmax(scores))
+        if scores[node] == IMPOSSIBLE:
+            return None
+        return shares_choice(capacity, shape, node, int(gpu[node]))
+
+
+__all__ = [
+    "IMPOSSIBLE",
+    "MILLI_PER_GPU",
+    "FGDPolicy",
+    "FragScoreCache",
+    "TraceInformed",
+    "after_placement",
+    "paper_score",
+    "shares_choice",
+]
