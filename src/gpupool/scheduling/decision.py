@@ -11,7 +11,9 @@ Words:
   a pending one. The pending job does not start in the same cycle: it waits
   (``WaitingForPreemption``) until its victims have stopped, and the room is kept for it.
 - a **reservation** (:class:`Reservation`) promises the first blocked job of a pool its earliest
-  start; later jobs start only when they do not delay it (EASY backfill).
+  start; later jobs start only when they do not delay it (EASY backfill). The reserved job keeps
+  the reason it cannot start now (``InsufficientGpu``...) and gets the reserved start as its
+  estimate; a later job that would fit but would delay it waits with ``WaitingForReservation``.
 - every job left pending has a :class:`PendingInfo`: a machine-readable :class:`PendingReason`,
   a sentence for people and an estimated start time (``None`` when it cannot be estimated).
 - :class:`PriorityFactors` is the ordering stage's factor table for one job (``explain``).
@@ -40,9 +42,9 @@ class PendingReason(enum.Enum):
     INSUFFICIENT_CPU = "InsufficientCpu"  # GPUs free, host CPUs not
     INSUFFICIENT_HOST_MEMORY = "InsufficientHostMemory"  # GPUs and CPUs free, host memory not
     GANG_INCOMPLETE = "GangIncomplete"  # some replicas of the gang fit, not all
-    WAITING_FOR_RESERVATION = "WaitingForReservation"  # it holds the pool's reservation
+    WAITING_FOR_RESERVATION = "WaitingForReservation"  # it fits, but would delay the reservation
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are stopping to make room for it
-    PRIORITY = "Priority"  # it fits, but would delay a reserved higher-priority job
+    PRIORITY = "Priority"  # strict order: a job ahead of it in its pool is blocked
     CYCLE_LIMIT = "CycleLimit"  # not considered this cycle (``max_jobs_per_cycle``)
 
 

@@ -1,0 +1,209 @@
+"""Stage 1, ordering: which pending job the cycle considers first.
+
+The ``multifactor`` ordering gives each job a score, the weighted sum of five factors, each
+normalised to [0, 1] (weights from :class:`~gpupool.scheduling.config.OrderingWeights`):
+
+========== =================================================================================
+priority   the job's priority value divided by the highest priority class (or the highest
+           value among pending jobs, if larger)
+size       the job's total milli-GPU over its pool's total milli-GPU, capped at 1;
+           small-first (default) uses ``1 - that``, large-first uses it as is
+age        seconds since the job became eligible, over ``max_age_s``, capped at 1
+fairshare  ``2 ** (-U / S)`` as in Slurm's classic fair share: ``U`` is the tenant's share of
+           all decayed usage, ``S`` its share of all fair shares; 1 when nobody used anything
+efficiency the part of the pool's free milli-GPU on GPU models the job accepts (1 for jobs that
+           accept any model or need no GPU): jobs that can use what is free go first
+========== =================================================================================
+
+Jobs are sorted by score (highest first); ties break by eligible time, then submit time, then
+job id, so the order is total and deterministic. ``fifo`` ignores the factors and orders by
+eligible time, submit time and id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.jobs import Job
+from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.capacity import ClusterCapacity
+from gpupool.scheduling.config import SchedulerConfig, SizeDirection
+from gpupool.scheduling.decision import Factor, PriorityFactors
+from gpupool.scheduling.snapshot import ClusterSnapshot
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A pending job with its factor table, in the order the cycle considers it."""
+
+    job: Job
+    factors: PriorityFactors
+
+
+class OrderingStage(Protocol):
+    """Orders pending jobs.
+
+    Contract: :meth:`rank` returns every job of ``snapshot.pending`` exactly once, each with its
+    factor table, in a total order that depends only on its arguments.
+    """
+
+    name: ClassVar[str]
+
+    def rank(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
+    ) -> tuple[Ranked, ...]: ...
+
+
+def _tie_key(job: Job) -> tuple[float, float, str]:
+    return (job.eligible_time, job.submit_time, job.id)
+
+
+class _PoolFacts:
+    """Per-pool totals the size and efficiency factors need, computed once per cycle."""
+
+    def __init__(self, capacity: ClusterCapacity, pool: str) -> None:
+        arrays = capacity.arrays
+        mask = capacity.mask(pool)
+        self.total_milli = int(mask.sum()) * MILLI_PER_GPU
+        free = np.where(mask, np.maximum(arrays.free_milli, 0), 0).sum(axis=1)
+        total = mask.sum(axis=1) * MILLI_PER_GPU
+        n_models = len(arrays.model_names)
+        self.free_by_model = np.bincount(arrays.node_model, weights=free, minlength=n_models)
+        self.total_by_model = np.bincount(arrays.node_model, weights=total, minlength=n_models)
+        self._eff: dict[tuple[bool, ...] | None, float] = {}
+
+    def efficiency(self, models: tuple[bool, ...] | None) -> float:
+        if models is None:
+            return 1.0
+        found = self._eff.get(models)
+        if found is None:
+            allowed = np.asarray(models, dtype=np.bool_)
+            base = self.free_by_model if self.free_by_model.sum() > 0 else self.total_by_model
+            whole = float(base.sum())
+            found = float(base[allowed].sum()) / whole if whole > 0 else 0.0
+            self._eff[models] = found
+        return found
+
+
+def _fairshare_table(snapshot: ClusterSnapshot) -> Mapping[str, float]:
+    tenants = (
+        {t.name for t in snapshot.tenants}
+        | set(snapshot.usage)
+        | {j.tenant for j in snapshot.pending}
+    )
+    total_usage = sum(max(0.0, snapshot.usage.get(t, 0.0)) for t in tenants)
+    total_share = sum(snapshot.fair_share(t) for t in tenants)
+    table: dict[str, float] = {}
+    for tenant in tenants:
+        if total_usage <= 0 or total_share <= 0:
+            table[tenant] = 1.0
+            continue
+        used = max(0.0, snapshot.usage.get(tenant, 0.0)) / total_usage
+        share = snapshot.fair_share(tenant) / total_share
+        table[tenant] = float(2.0 ** (-used / share))
+    return table
+
+
+class MultiFactor:
+    """The design's multi-factor priority (see the module docstring)."""
+
+    name: ClassVar[str] = "multifactor"
+
+    def rank(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
+    ) -> tuple[Ranked, ...]:
+        w = config.weights
+        top = max(
+            [
+                1,
+                *(c.value for c in snapshot.priority_classes),
+                *(j.priority for j in snapshot.pending),
+            ]
+        )
+        fair = _fairshare_table(snapshot)
+        facts: dict[str, _PoolFacts] = {}
+        scored: list[tuple[float, Ranked]] = []
+        for job in snapshot.pending:
+            pool = job.spec.pool
+            pf = facts.get(pool)
+            if pf is None:
+                pf = facts[pool] = _PoolFacts(capacity, pool)
+            size = min(1.0, job.spec.total_gpu_milli / pf.total_milli) if pf.total_milli else 1.0
+            if config.size_direction is SizeDirection.SMALL_FIRST:
+                size_value, size_meaning = 1.0 - size, "small jobs first"
+            else:
+                size_value, size_meaning = size, "large jobs first"
+            waited = snapshot.now - job.eligible_time
+            res = job.spec.resources
+            models = capacity.models_mask(res.gpu_types) if res.device_count else None
+            factors = (
+                Factor(
+                    "priority",
+                    w.priority,
+                    max(0.0, min(1.0, job.priority / top)),
+                    f"priority {job.priority} of at most {top}",
+                ),
+                Factor(
+                    "size",
+                    w.size,
+                    size_value,
+                    f"{job.spec.total_gpu_milli}m of the pool's {pf.total_milli}m; {size_meaning}",
+                ),
+                Factor(
+                    "age",
+                    w.age,
+                    max(0.0, min(1.0, waited / config.max_age_s)),
+                    f"waited {max(0.0, waited):.0f}s of {config.max_age_s:.0f}s",
+                ),
+                Factor(
+                    "fairshare",
+                    w.fairshare,
+                    fair.get(job.tenant, 1.0),
+                    f"tenant {job.tenant}: 2^(-usage share / fair share)",
+                ),
+                Factor(
+                    "efficiency",
+                    w.efficiency,
+                    pf.efficiency(models),
+                    "share of free GPU capacity on models the job accepts",
+                ),
+            )
+            table = PriorityFactors(job.id, factors)
+            scored.append((table.score, Ranked(job, table)))
+        scored.sort(key=lambda item: (-item[0], *_tie_key(item[1].job)))
+        return tuple(r for _, r in scored)
+
+
+class Fifo:
+    """First in, first out: eligible time, then submit time, then id."""
+
+    name: ClassVar[str] = "fifo"
+
+    def rank(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
+    ) -> tuple[Ranked, ...]:
+        jobs = sorted(snapshot.pending, key=_tie_key)
+        return tuple(Ranked(j, PriorityFactors(j.id, ())) for j in jobs)
+
+
+#: name -> ordering stage.
+ORDERINGS: dict[str, type[OrderingStage]] = {
+    "fifo": Fifo,
+    "multifactor": MultiFactor,
+}
+
+
+def make_ordering(name: str) -> OrderingStage:
+    """The ordering stage registered as ``name``."""
+    found = ORDERINGS.get(name)
+    if found is None:
+        raise InvalidValue(
+            f"ordering {name!r} is not known: use one of {', '.join(sorted(ORDERINGS))}",
+            field="ordering",
+        )
+    return found()

@@ -1,0 +1,290 @@
+"""Stage 4, preemption: stop the cheapest set of running jobs that lets a blocked job place.
+
+Who may preempt: a blocked job that is *in-quota* (see :mod:`gpupool.scheduling.admission`).
+Borrowing jobs use idle capacity only and never preempt.
+
+Who may be a **victim** of job ``J`` (all must hold):
+
+- it is preemptible, in ``J``'s pool, not already stopping, and not chosen for another job in
+  this cycle;
+- it has run at least ``preempt_exempt_s`` (anti-loop, below);
+- it has **strictly lower priority** than ``J`` (reason ``Priority``), or it **borrows** and
+  ``J`` reclaims its own guarantee: ``J`` is in-quota under a managed quota and the victim
+  belongs to another tenant (reason ``Reclaim``; here the victim's priority does not matter).
+
+**Cheapest set** (stage ``cheapest``): victims are whole jobs (every replica of a gang). They are
+tried in cost order: borrowers first, then lower priority, then less work lost since the last
+checkpoint, then later start, then job id. For a one-replica job every node is tried: victims on
+that node are added in cost order until the job fits there; the sets found are compared by
+(number of victims, number of non-borrowers, highest victim priority, work lost). For a gang,
+victims are added in cost order until the whole gang places, then each is dropped again if the
+gang still places without it. Either way the winning set is verified on a copy of the arrays
+with the pool's real policy: a preemption always lets its job place.
+
+**No loops**: a victim's preemptor outranks it strictly, or reclaims a guarantee the victim's
+tenant does not have, so no two jobs can preempt each other in turn; a job that restarted is
+exempt for ``preempt_exempt_s``, so it is not preempted again straight away; a job waiting for its
+victims to stop never preempts more; jobs started or chosen in a cycle are never victims in it.
+
+Stage ``none`` never preempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.jobs import Job
+from gpupool.scheduling.capacity import ClusterCapacity
+from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.decision import PreemptionReason
+from gpupool.scheduling.fit import Placed, place_job, release_all
+from gpupool.scheduling.placement.base import (
+    BoolArray,
+    CapacityArrays,
+    Choice,
+    PlacementPolicy,
+    Shape,
+)
+from gpupool.scheduling.snapshot import RunningReplica
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A running job that may be stopped for the job being considered."""
+
+    job_id: str
+    tenant: str
+    priority: int
+    borrowing: bool
+    work_lost_s: float
+    start_time: float
+    reason: PreemptionReason
+    held: tuple[tuple[Shape, Choice], ...]  # what each replica holds
+
+    @property
+    def cost(self) -> tuple[int, int, float, float, str]:
+        return (
+            0 if self.borrowing else 1,
+            self.priority,
+            self.work_lost_s,
+            -self.start_time,
+            self.job_id,
+        )
+
+    @property
+    def nodes(self) -> frozenset[int]:
+        return frozenset(c.node for _, c in self.held)
+
+    def release_on(self, capacity: CapacityArrays) -> None:
+        for shape, choice in self.held:
+            capacity.release(shape, choice)
+
+    def take_on(self, capacity: CapacityArrays) -> None:
+        for shape, choice in self.held:
+            capacity.cpu_free[choice.node] -= shape.cpu_milli
+            capacity.host_mem_free[choice.node] -= shape.host_memory_mib
+            for s in choice.slots:
+                capacity.free_milli[choice.node, s] -= shape.milli
+                capacity.free_mem[choice.node, s] -= shape.memory_mib or 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """A blocked in-quota job asking for room."""
+
+    job: Job
+    shape: Shape
+    replicas: int
+    live: CapacityArrays  # the pool's live view (not modified)
+    nodes: BoolArray  # node rows of the pool
+    policy: PlacementPolicy
+    candidates: tuple[Candidate, ...]  # eligible victims, any order
+    max_victims: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Victims to stop and where the job goes once they are gone (verified)."""
+
+    victims: tuple[Candidate, ...]
+    placed: tuple[Placed, ...]
+
+
+class PreemptionStage(Protocol):
+    """Chooses victims.
+
+    Contract: :meth:`plan` returns ``None`` or a plan whose victims all come from
+    ``request.candidates`` and after whose release ``request.job`` places (``placed``); it does
+    not modify ``request.live``.
+    """
+
+    name: ClassVar[str]
+
+    def plan(self, request: Request) -> Plan | None: ...
+
+
+def candidates_for(
+    job: Job,
+    *,
+    in_quota_managed: bool,
+    running: Iterable[tuple[str, tuple[RunningReplica, ...]]],
+    capacity: ClusterCapacity,
+    borrowing: set[str],
+    taken: set[str],
+    now: float,
+    config: SchedulerConfig,
+) -> tuple[Candidate, ...]:
+    """The running jobs that may be stopped for ``job`` (see the module docstring)."""
+    out: list[Candidate] = []
+    pool = job.spec.pool
+    for job_id, replicas in running:
+        first = replicas[0]
+        if job_id in taken or first.pool != pool or job_id == job.id:
+            continue
+        if not all(r.preemptible for r in replicas) or any(r.stopping for r in replicas):
+            continue
+        if now - first.start_time < config.preempt_exempt_s:
+            continue
+        is_borrowing = job_id in borrowing
+        priority = max(r.priority for r in replicas)
+        if priority < job.priority:
+            reason = PreemptionReason.PRIORITY
+        elif in_quota_managed and is_borrowing and first.tenant != job.tenant:
+            reason = PreemptionReason.RECLAIM
+        else:
+            continue
+        held = []
+        for r in replicas:
+            found = capacity.held_by(r)
+            if found is not None:
+                held.append(found)
+        if not held:
+            continue
+        out.append(
+            Candidate(
+                job_id=job_id,
+                tenant=first.tenant,
+                priority=priority,
+                borrowing=is_borrowing,
+                work_lost_s=max(r.work_since_checkpoint(now) for r in replicas),
+                start_time=first.start_time,
+                reason=reason,
+                held=tuple(held),
+            )
+        )
+    out.sort(key=lambda c: c.cost)
+    return tuple(out)
+
+
+def _set_cost(victims: tuple[Candidate, ...]) -> tuple[int, int, int, float]:
+    return (
+        len(victims),
+        sum(1 for v in victims if not v.borrowing),
+        max(v.priority for v in victims),
+        sum(v.work_lost_s for v in victims),
+    )
+
+
+def _verify(request: Request, victims: tuple[Candidate, ...]) -> Plan | None:
+    trial = request.live.copy()
+    for v in victims:
+        v.release_on(trial)
+    placed = place_job(trial, request.policy, request.shape, request.replicas, request.nodes)
+    return None if placed is None else Plan(victims, placed)
+
+
+class CheapestVictims:
+    """The ``cheapest`` stage (see the module docstring)."""
+
+    name: ClassVar[str] = "cheapest"
+
+    def plan(self, request: Request) -> Plan | None:
+        cands = request.candidates
+        if not cands:
+            return None
+        work = request.live.copy()
+        if request.replicas == 1:
+            best = self._per_node(request, work)
+        else:
+            best = self._greedy(request, work)
+        return None if best is None else _verify(request, best)
+
+    def _per_node(self, request: Request, work: CapacityArrays) -> tuple[Candidate, ...] | None:
+        shape = request.shape
+        by_node: dict[int, list[Candidate]] = {}
+        for c in request.candidates:
+            for n in c.nodes:
+                by_node.setdefault(n, []).append(c)
+        best: tuple[Candidate, ...] | None = None
+        for node in sorted(by_node):
+            if not request.nodes[node]:
+                continue
+            chosen: list[Candidate] = []
+            for c in by_node[node][: request.max_victims]:
+                c.release_on(work)
+                chosen.append(c)
+                if work.fits_on_node(shape, node):
+                    break
+            fits = work.fits_on_node(shape, node)
+            for c in reversed(chosen):
+                c.take_on(work)
+            if fits:
+                found = tuple(chosen)
+                if best is None or _set_cost(found) < _set_cost(best):
+                    best = found
+        return best
+
+    def _greedy(self, request: Request, work: CapacityArrays) -> tuple[Candidate, ...] | None:
+        def places() -> bool:
+            placed = place_job(work, request.policy, request.shape, request.replicas, request.nodes)
+            if placed is None:
+                return False
+            release_all(work, placed)
+            return True
+
+        chosen: list[Candidate] = []
+        for c in request.candidates[: request.max_victims]:
+            c.release_on(work)
+            chosen.append(c)
+            if places():
+                break
+        else:
+            return None
+        # Drop every victim the gang can do without, most expensive first.
+        for c in sorted(chosen, key=lambda v: v.cost, reverse=True):
+            c.take_on(work)
+            if places():
+                chosen.remove(c)
+            else:
+                c.release_on(work)
+        return tuple(chosen)
+
+
+class NoPreemption:
+    """Never preempt."""
+
+    name: ClassVar[str] = "none"
+
+    def plan(self, request: Request) -> Plan | None:
+        return None
+
+
+#: name -> preemption stage.
+PREEMPTIONS: dict[str, type[PreemptionStage]] = {
+    "cheapest": CheapestVictims,
+    "none": NoPreemption,
+}
+
+
+def make_preemption(name: str) -> PreemptionStage:
+    """The preemption stage registered as ``name``."""
+    found = PREEMPTIONS.get(name)
+    if found is None:
+        raise InvalidValue(
+            f"preemption {name!r} is not known: use one of {', '.join(sorted(PREEMPTIONS))}",
+            field="preemption",
+        )
+    return found()

@@ -1,0 +1,494 @@
+"""``schedule(snapshot, config) -> Decision``: one pure scheduling cycle.
+
+The cycle, as the design describes it (each step a registered stage):
+
+1. **order** the pending jobs (:mod:`~gpupool.scheduling.ordering`);
+2. for each job in that order: skip it if it is held, not yet eligible or names an unknown pool;
+   **admit** it against its tenant's quota (:mod:`~gpupool.scheduling.admission`);
+3. **place** it with its pool's policy (:mod:`~gpupool.scheduling.fit`), subject to the pool's
+   **backfill** gate (:mod:`~gpupool.scheduling.reservation`): a job that would delay the pool's
+   reserved job does not start;
+4. if it is blocked and in-quota, try **preemption** (:mod:`~gpupool.scheduling.preemption`); the
+   room freed is held for it until its victims are gone;
+5. otherwise the first blocked job of a pool gets the **reservation**, and every job left pending
+   gets a reason and an estimated start.
+
+Nothing here performs I/O, reads a clock or draws an unseeded random number: the free capacity
+is built once from the snapshot (:mod:`~gpupool.scheduling.capacity`) and updated in place as the
+cycle starts jobs, so the same snapshot always gives the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpupool.domain.jobs import Job
+from gpupool.scheduling.admission import Ledger, Standing, make_admission
+from gpupool.scheduling.capacity import ClusterCapacity, build_capacity
+from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.decision import (
+    Decision,
+    PendingInfo,
+    PendingReason,
+    Preemption,
+    PreemptionReason,
+    PriorityFactors,
+    ReplicaStart,
+    Reservation,
+    Start,
+)
+from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
+from gpupool.scheduling.ordering import make_ordering
+from gpupool.scheduling.placement.base import (
+    BoolArray,
+    CapacityArrays,
+    PlacementPolicy,
+    PolicyOptions,
+    Shape,
+)
+from gpupool.scheduling.placement.registry import make_policy
+from gpupool.scheduling.preemption import (
+    PreemptionStage,
+    Request,
+    candidates_for,
+    make_preemption,
+)
+from gpupool.scheduling.reservation import (
+    Blocked,
+    PoolBackfill,
+    Release,
+    Timeline,
+    fits_check,
+    intersect,
+    make_backfill,
+)
+from gpupool.scheduling.snapshot import ClusterSnapshot
+
+_ShapeKey = tuple[Shape, int]
+
+
+@dataclass
+class _Pool:
+    """One pool's state during the cycle."""
+
+    name: str
+    live: CapacityArrays
+    nodes: BoolArray
+    policy: PlacementPolicy
+    backfill: PoolBackfill
+    epoch: int = 0  # bumped whenever capacity is given back (cached failures expire)
+    failed: dict[tuple[Shape, int, bool], int] = field(default_factory=dict)
+    diagnosis: dict[_ShapeKey, tuple[PendingReason, str]] = field(default_factory=dict)
+    estimates: dict[_ShapeKey, float | None] = field(default_factory=dict)
+    timeline: Timeline | None = None
+
+
+def _job_end(job: Job, now: float) -> float | None:
+    spec = job.spec
+    duration = (
+        spec.expected_duration_s if spec.expected_duration_s is not None else spec.time_limit_s
+    )
+    return None if duration is None else now + duration
+
+
+class _Cycle:
+    """The working state of one call to :func:`schedule`."""
+
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.now = snapshot.now
+        self.capacity: ClusterCapacity = build_capacity(snapshot)
+        self.ledger: Ledger = make_admission(config.admission).open(snapshot, config)
+        self.preemption: PreemptionStage = make_preemption(config.preemption)
+        self.backfill = make_backfill(config.backfill)
+        self.pools: dict[str, _Pool] = {}
+        self.shapes: dict[object, Shape] = {}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.pending: dict[str, PendingInfo] = {}
+        self.taken: set[str] = set()  # victims chosen this cycle
+        self.preemptors = 0
+        self.borrowing = {j for j in snapshot.running_by_job if self.ledger.is_borrowing(j)}
+        self.stopping_for: dict[str, list[float]] = {}
+        for r in snapshot.running:
+            if r.preempted_for is not None:
+                self.stopping_for.setdefault(r.preempted_for, []).append(r.grace_period_s)
+        self.running_ids = set(snapshot.running_by_job)
+        self.started: list[Release] = []  # what this cycle started, ending at its expected end
+
+    # ----------------------------------------------------------------- helpers
+
+    def pool(self, name: str) -> _Pool:
+        found = self.pools.get(name)
+        if found is None:
+            pool = self.snapshot.pool_by_name[name]
+            name_used = pool.placement
+            if name_used == "default":
+                name_used = self.config.default_placement
+            policy = make_policy(name_used, PolicyOptions(seed=self.config.seed))
+            found = _Pool(
+                name=name,
+                live=self.capacity.view(name),
+                nodes=self.capacity.nodes_of(name),
+                policy=policy,
+                backfill=self.backfill.open(name, self.now),
+            )
+            self.pools[name] = found
+        return found
+
+    def shape_of(self, job: Job) -> Shape:
+        request = job.spec.resources
+        found = self.shapes.get(request)
+        if found is None:
+            found = self.capacity.shape_of(request)
+            self.shapes[request] = found
+        return found
+
+    def wait(
+        self, job: Job, reason: PendingReason, message: str, estimate: float | None = None
+    ) -> None:
+        self.pending[job.id] = PendingInfo(reason, message, estimate)
+
+    def timeline(self, pool: _Pool) -> Timeline:
+        if pool.timeline is None:
+            releases: list[Release] = []
+            for job_id, replicas in self.snapshot.running_by_job.items():
+                if job_id in self.taken:
+                    continue
+                for r in replicas:
+                    held = self.capacity.held_by(r)
+                    if held is None:
+                        continue
+                    end = self.now + r.grace_period_s if r.stopping else r.expected_end
+                    releases.append(Release(end, held[0], held[1]))
+            releases.extend(self.started)
+            pool.timeline = Timeline(pool.live, releases, self.now)
+        return pool.timeline
+
+    def observe(self) -> None:
+        """Show every policy the shapes it will see, in arrival order (running, then pending)."""
+        seen: list[tuple[float, str, str, Shape]] = []
+        for job_id, replicas in self.snapshot.running_by_job.items():
+            first = replicas[0]
+            for r in replicas:
+                held = self.capacity.held_by(r)
+                if held is not None:
+                    seen.append((first.start_time, job_id, first.pool, held[0]))
+        for job in self.snapshot.pending:
+            if job.spec.pool in self.snapshot.pool_by_name:
+                for _ in range(job.spec.replicas):
+                    seen.append((job.submit_time, job.id, job.spec.pool, self.shape_of(job)))
+        seen.sort(key=lambda s: (s[0], s[1]))
+        for _, _, pool_name, shape in seen:
+            self.pool(pool_name).policy.observe(shape)
+
+    # ----------------------------------------------------------------- the cycle
+
+    def run(self, ordering: tuple[tuple[Job, PriorityFactors], ...]) -> None:
+        self.observe()
+        limit = self.config.max_jobs_per_cycle
+        for index, (job, _) in enumerate(ordering):
+            if job.id in self.running_ids:
+                continue  # already running (a stale queue entry): nothing to decide
+            if limit is not None and index >= limit:
+                self.wait(
+                    job,
+                    PendingReason.CYCLE_LIMIT,
+                    f"only the first {limit} jobs in the queue are considered per cycle",
+                )
+                continue
+            self.consider(job)
+
+    def consider(self, job: Job) -> None:
+        if job.held:
+            self.wait(job, PendingReason.HELD, "held: release it to let it start")
+            return
+        if job.eligible_time > self.now:
+            self.wait(
+                job,
+                PendingReason.NOT_ELIGIBLE,
+                "not eligible yet (it is waiting out a requeue delay or a begin time)",
+                job.eligible_time,
+            )
+            return
+        if job.spec.pool not in self.snapshot.pool_by_name:
+            known = ", ".join(sorted(self.snapshot.pool_by_name))
+            self.wait(
+                job,
+                PendingReason.POOL_UNKNOWN,
+                f"pool {job.spec.pool!r} does not exist: use one of {known}",
+            )
+            return
+        pool = self.pool(job.spec.pool)
+        shape = self.shape_of(job)
+        replicas = job.spec.replicas
+        explicit_mem = (shape.memory_mib or 0) * shape.count * replicas
+        verdict = self.ledger.check(job, job.spec.total_gpu_milli, explicit_mem)
+        if not verdict.admitted:
+            assert verdict.reason is not None
+            self.wait(job, verdict.reason, verdict.message)
+            return
+        end = _job_end(job, self.now)
+        gate = pool.backfill.gate(end)
+        if not gate.open:
+            blocker = pool.backfill.reservation
+            who = f" job {blocker.job_id}" if blocker is not None else " an earlier job"
+            self.wait(
+                job,
+                PendingReason.PRIORITY,
+                f"waits behind{who}, blocked higher in the queue of pool {pool.name} "
+                "(strict order: no backfill)",
+            )
+            return
+        placed = self.try_place(pool, shape, replicas, gate.shadow)
+        if placed is not None:
+            memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in placed)
+            final = self.ledger.check(job, job.spec.total_gpu_milli, memory)
+            if not final.admitted:
+                release_all(pool.live, placed)
+                pool.epoch += 1
+                assert final.reason is not None
+                self.wait(job, final.reason, final.message)
+                return
+            if gate.shadow is not None:
+                allocate_all(gate.shadow, placed)
+            else:
+                pool.backfill.started(placed, end)
+            self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
+            self.record_start(job, placed, final.standing is Standing.BORROWING)
+            self.started.extend(Release(end, p.shape, p.choice) for p in placed)
+            return
+        self.blocked(job, pool, shape, replicas, standing=verdict.standing, shadow=gate.shadow)
+
+    def try_place(
+        self, pool: _Pool, shape: Shape, replicas: int, shadow: CapacityArrays | None
+    ) -> tuple[Placed, ...] | None:
+        """Place on the live arrays (or where both live and shadow have room), or ``None``."""
+        key = (shape, replicas, shadow is not None)
+        if pool.failed.get(key) == pool.epoch:
+            return None
+        if shadow is None:
+            placed = place_job(pool.live, pool.policy, shape, replicas, pool.nodes)
+        else:
+            both = intersect(pool.live, shadow)
+            placed = place_job(both, pool.policy, shape, replicas, pool.nodes)
+            if placed is not None:
+                allocate_all(pool.live, placed)
+        if placed is None:
+            pool.failed[key] = pool.epoch
+        return placed
+
+    def record_start(self, job: Job, placed: tuple[Placed, ...], borrowing: bool) -> None:
+        names = self.capacity.arrays.node_names
+        replicas = tuple(
+            ReplicaStart(
+                rank=rank,
+                node=names[p.choice.node],
+                devices=self.capacity.uuids(p.choice),
+                milli_per_device=p.shape.milli if p.shape.count else 0,
+                memory_per_device_mib=(p.shape.memory_mib or 0) if p.shape.count else 0,
+                cpu_milli=p.shape.cpu_milli,
+                host_memory_mib=p.shape.host_memory_mib,
+            )
+            for rank, p in enumerate(placed)
+        )
+        self.starts.append(Start(job.id, job.tenant, job.spec.pool, replicas, borrowing))
+
+    # ----------------------------------------------------------------- blocked jobs
+
+    def blocked(
+        self,
+        job: Job,
+        pool: _Pool,
+        shape: Shape,
+        replicas: int,
+        *,
+        standing: Standing,
+        shadow: CapacityArrays | None,
+    ) -> None:
+        graces = self.stopping_for.get(job.id)
+        if graces:
+            self.wait(
+                job,
+                PendingReason.WAITING_FOR_PREEMPTION,
+                f"{len(graces)} replica(s) are stopping to make room for it",
+                self.now + max(graces),
+            )
+            return
+        if standing is Standing.IN_QUOTA and self.try_preempt(job, pool, shape, replicas):
+            return
+        key = (shape, replicas)
+        if shadow is not None:
+            # It may fit now, but only by taking what the reserved job is promised.
+            reservation = pool.backfill.reservation
+            trial = place_job(pool.live, pool.policy, shape, replicas, pool.nodes)
+            if trial is not None and reservation is not None:
+                release_all(pool.live, trial)
+                when = reservation.start_time
+                at = "when its devices free up" if when is None else f"at t={when:.0f}"
+                self.wait(
+                    job,
+                    PendingReason.WAITING_FOR_RESERVATION,
+                    f"it fits now, but would delay job {reservation.job_id}, reserved to start "
+                    f"{at} in pool {pool.name}; give it a shorter time limit to backfill",
+                    when,
+                )
+                return
+        found = pool.diagnosis.get(key)
+        if found is None:
+            found = diagnose(
+                pool.live,
+                self.capacity.empty_view(pool.name),
+                shape,
+                replicas,
+                pool.nodes,
+                pool=pool.name,
+            )
+            pool.diagnosis[key] = found
+        reason, message = found
+        if reason in (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE):
+            self.wait(job, reason, message)
+            return
+        made = pool.backfill.blocked(
+            Blocked(job.id, pool.name, shape, replicas, pool.nodes, pool.policy, self._tl(pool))
+        )
+        if made is not None:
+            when = made.start_time
+            at = "once running jobs with unknown end finish" if when is None else f"at t={when:.0f}"
+            self.wait(
+                job,
+                reason,
+                f"{message}; first in line in pool {pool.name}, it has {', '.join(made.nodes)} "
+                f"reserved {at} and later jobs only backfill around it",
+                when,
+            )
+            return
+        self.wait(job, reason, message, self.estimate(pool, shape, replicas))
+
+    def _tl(self, pool: _Pool) -> Callable[[], Timeline]:
+        return lambda: self.timeline(pool)
+
+    def estimate(self, pool: _Pool, shape: Shape, replicas: int) -> float | None:
+        key = (shape, replicas)
+        if key in pool.estimates:
+            return pool.estimates[key]
+        timeline = self.timeline(pool)
+        value = timeline.estimate(fits_check(pool.policy, shape, replicas, pool.nodes))
+        if value is not None and value <= self.now:
+            # It does not fit now, so not before the next job ends.
+            later = [r.time for r in timeline.releases if r.time is not None and r.time > self.now]
+            value = min(later) if later else None
+        pool.estimates[key] = value
+        return value
+
+    def try_preempt(self, job: Job, pool: _Pool, shape: Shape, replicas: int) -> bool:
+        config = self.config
+        if (
+            not config.preemption_enabled
+            or self.preemptors >= config.max_preemptors_per_cycle
+            or pool.backfill.reservation is not None
+        ):
+            return False
+        candidates = candidates_for(
+            job,
+            in_quota_managed=self.snapshot.quota(job.tenant, pool.name) is not None,
+            running=self.snapshot.running_by_job.items(),
+            capacity=self.capacity,
+            borrowing=self.borrowing,
+            taken=self.taken,
+            now=self.now,
+            config=config,
+        )
+        if not candidates:
+            return False
+        self.preemptors += 1
+        plan = self.preemption.plan(
+            Request(
+                job=job,
+                shape=shape,
+                replicas=replicas,
+                live=pool.live,
+                nodes=pool.nodes,
+                policy=pool.policy,
+                candidates=candidates,
+                max_victims=config.max_victims_per_job,
+            )
+        )
+        if plan is None:
+            return False
+        live = pool.live
+        rows = sorted({n for v in plan.victims for n in v.nodes})
+        before = [
+            (
+                live.free_milli[n].copy(),
+                live.free_mem[n].copy(),
+                live.cpu_free[n],
+                live.host_mem_free[n],
+            )
+            for n in rows
+        ]
+        for victim in plan.victims:
+            victim.release_on(live)
+        allocate_all(live, plan.placed)
+        # What the victims free beyond the job's needs is still in use until they stop:
+        # nobody else may take it in this cycle.
+        for n, (milli, mem, cpu, host) in zip(rows, before, strict=True):
+            live.free_milli[n] = live.free_milli[n].clip(max=milli)
+            live.free_mem[n] = live.free_mem[n].clip(max=mem)
+            live.cpu_free[n] = min(int(live.cpu_free[n]), int(cpu))
+            live.host_mem_free[n] = min(int(live.host_mem_free[n]), int(host))
+        graces = [0.0]
+        for victim in plan.victims:
+            self.taken.add(victim.job_id)
+            replicas_of = self.snapshot.running_by_job[victim.job_id]
+            graces.extend(r.grace_period_s for r in replicas_of)
+            self.ledger.release(
+                victim.tenant,
+                pool.name,
+                sum(r.gpu_milli for r in replicas_of),
+                sum(r.gpu_memory_mib for r in replicas_of),
+            )
+            why = (
+                f"job {job.id} (priority {job.priority}) outranks it (priority {victim.priority})"
+                if victim.reason is PreemptionReason.PRIORITY
+                else f"tenant {job.tenant} reclaims its guaranteed share, which {victim.tenant} "
+                "was borrowing"
+            )
+            self.preemptions.append(Preemption(victim.job_id, job.id, victim.reason, why))
+        memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in plan.placed)
+        self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
+        ids = ", ".join(v.job_id for v in plan.victims)
+        self.wait(
+            job,
+            PendingReason.WAITING_FOR_PREEMPTION,
+            f"preempting {ids} to make room; it starts when they have stopped",
+            self.now + max(graces),
+        )
+        return True
+
+    def decision(self, ordering: tuple[tuple[Job, PriorityFactors], ...]) -> Decision:
+        reservations: list[Reservation] = [
+            p.backfill.reservation
+            for _, p in sorted(self.pools.items())
+            if p.backfill.reservation is not None
+        ]
+        return Decision(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preemptions),
+            reservations=tuple(reservations),
+            pending=self.pending,
+            priorities={job.id: factors for job, factors in ordering},
+            order=tuple(job.id for job, _ in ordering),
+        )
+
+
+def schedule(snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> Decision:
+    """Decide what to start, stop and reserve for ``snapshot`` (pure and deterministic)."""
+    config = config or SchedulerConfig()
+    cycle = _Cycle(snapshot, config)
+    ranked = make_ordering(config.ordering).rank(snapshot, config, cycle.capacity)
+    ordering = tuple((r.job, r.factors) for r in ranked)
+    cycle.run(ordering)
+    return cycle.decision(ordering)
