@@ -11,6 +11,8 @@ from pathlib import Path
 import typer
 
 from gpupool import __version__
+from gpupool.cli.agent import run_agent
+from gpupool.cli.server import server
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobspec import parse_job_yaml
 from gpupool.domain.units import format_duration, format_gpus, format_memory
@@ -22,6 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command(name="agent")(run_agent)
+app.command(name="server")(server)
 
 
 @app.command()
@@ -63,17 +67,17 @@ def validate(
 def up(
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
     port: int = typer.Option(8470, help="port of the API server"),
+    home: Path | None = typer.Option(None, help="gpupool home (default $GPUPOOL_HOME)"),  # noqa: B008
 ) -> None:
-    """Run the pool on this machine: the API server (more parts join as they are built).
+    """Run the pool on this machine: API server, SQLite store and scheduling loop.
 
     Example: ``gpupool up --port 8470``
     """
-    import uvicorn
-
-    from gpupool.api.app import create_app
+    from gpupool.cli.server import serve
+    from gpupool.control.settings import ServerSettings
 
     typer.echo(f"gpupool {__version__}: API on http://{host}:{port} (docs at /docs); Ctrl-C stops")
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+    serve(ServerSettings.build(home, host=host, port=port))
 
 
 def main() -> None:

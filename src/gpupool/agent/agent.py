@@ -1,0 +1,502 @@
+"""The node agent: turns the server's assignments into supervised processes, and reports.
+
+One :class:`Agent` per node. Its loop (:meth:`Agent.run`) does, every ``local_tick_s``:
+
+1. **observe** every replica through the executor (cheap: one small file read each);
+2. **heartbeat** when the interval has passed or a replica changed state: sample the GPUs once,
+   fold health, run the memory watchdog and the pressure rule, send telemetry and the full list of
+   replica states, then act on the answer.
+
+Acting on an answer follows the protocol's rules (:mod:`gpupool.schemas.agent`): an answer or
+order from an epoch older than the highest seen is ignored; a start whose assignment id is
+already known (running, finished, or acknowledged) does nothing; a stop for an unknown or
+finished replica does nothing; ``finished_ack`` lets the agent file a replica away. While the
+server is unreachable, replicas keep running and heartbeats retry with backoff.
+
+At start the agent **adopts** every replica it finds in its state folder: their supervisors kept
+running while the agent was away, and they are reported, never started again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool import __version__
+from gpupool.agent.env import job_env
+from gpupool.agent.executor import Executor, Observed
+from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
+from gpupool.agent.node import (
+    default_address,
+    host_cpu_milli,
+    host_memory_mib,
+    wire_devices,
+)
+from gpupool.agent.reporter import device_telemetry, replica_status
+from gpupool.agent.transport import Backoff, ServerUnavailable, Transport
+from gpupool.control.clock import Clock
+from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
+from gpupool.gpu.health import HealthTracker
+from gpupool.gpu.simulated import LOAD_ENV, parse_synthetic_load
+from gpupool.runtime.isolation import (
+    IsolationUnavailable,
+    SliceContext,
+    SliceDevice,
+    isolation_env,
+    offered_modes,
+    resolve,
+)
+from gpupool.runtime.mps import MpsDaemon
+from gpupool.runtime.procs import session_of
+from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
+from gpupool.schemas.agent import (
+    AssignmentSpec,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    RegisterRequest,
+    StopOrder,
+)
+
+log = logging.getLogger("gpupool.agent")
+SOFT_HOOK_DIR = str(Path(__file__).resolve().parent.parent / "runtime" / "softhook")
+
+
+@dataclass
+class AgentConfig:
+    """How one agent runs. Times in seconds; ``None`` fields take a default at start."""
+
+    node: str
+    state_dir: Path
+    address: str | None = None
+    checkpoint_root: Path | None = None  # default <state>/checkpoints
+    pool: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    heartbeat_interval_s: float = 5.0  # until the server says otherwise
+    local_tick_s: float = 0.25
+    log_cap_bytes: int = 64 * 1024 * 1024
+    watchdog_grace_s: float = 30.0
+    pressure_threshold: float = 0.95
+    use_mps: bool = True
+
+
+@dataclass
+class Replica:
+    """A replica this agent knows: its assignment and what the agent decided about it."""
+
+    assignment: AssignmentSpec
+    isolation: str | None
+    observed: Observed | None = None
+    local_reason: str | None = None  # why the agent itself stopped or signalled it
+    local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
+    checkpoint_dir: str | None = None
+
+
+class Agent:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        backend: GpuBackend,
+        transport: Transport,
+        clock: Clock,
+        *,
+        executor: Executor | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.transport = transport
+        self.clock = clock
+        self.executor = executor or Executor(config.state_dir)
+        self.inventory = backend.inventory()
+        self.devices = wire_devices(self.inventory)
+        self._device_memory = {d.uuid: d.memory_mib for d in self.devices}
+        self._mig = {d.uuid for d in self.devices if d.mig_parent is not None}
+        self.health = HealthTracker(self.inventory)
+        self.watchdog = MemoryWatchdog(grace_s=config.watchdog_grace_s)
+        self.replicas: dict[str, Replica] = {}
+        self.interval_s = config.heartbeat_interval_s
+        self.registered = False
+        self.backoff = Backoff()
+        self.last_error: str | None = None
+        self._meta_path = config.state_dir / "agent.json"
+        meta = read_json(self._meta_path) or {}
+        self.epoch = int(meta.get("epoch", 0))
+        self.checkpoint_root = config.checkpoint_root or config.state_dir / "checkpoints"
+        self.mps: MpsDaemon | None = None
+        if config.use_mps and backend.name == "nvml":
+            daemon = MpsDaemon(config.state_dir / "mps")
+            if daemon.available and daemon.start():
+                self.mps = daemon
+        self.heartbeats = 0
+
+    # ------------------------------------------------------------------ start-up
+
+    def adopt(self) -> list[str]:
+        """Pick up every replica left in the state folder by an earlier agent."""
+        adopted = []
+        for key in self.executor.known():
+            data = read_json(self.executor.jobdir(key).assignment)
+            if data is None or "assignment" not in data:
+                continue
+            assignment = AssignmentSpec.model_validate(data["assignment"])
+            self.replicas[key] = Replica(
+                assignment,
+                data.get("isolation"),
+                checkpoint_dir=data.get("checkpoint_dir"),
+                local_reason=data.get("local_reason"),
+                local_stop=data.get("local_stop"),
+            )
+            adopted.append(key)
+        return adopted
+
+    def register_request(self) -> RegisterRequest:
+        return RegisterRequest(
+            node=self.config.node,
+            address=self.config.address or default_address(),
+            cpu_milli=host_cpu_milli(),
+            memory_mib=host_memory_mib(),
+            devices=self.devices,
+            agent_version=__version__,
+            isolation_modes=offered_modes(mps=self.mps is not None, mig=bool(self._mig)),
+            labels=self.config.labels,
+            pool=self.config.pool,
+        )
+
+    def register(self) -> None:
+        answer = self.transport.register(self.register_request())
+        self._see_epoch(answer.epoch)
+        self.interval_s = answer.heartbeat_interval_s
+        self.registered = True
+
+    # ------------------------------------------------------------------ observing
+
+    def observe(self) -> bool:
+        """Refresh every replica's observation; True when any changed state."""
+        changed = False
+        for key, replica in self.replicas.items():
+            seen = self.executor.observe(key)
+            if replica.observed is None or seen.status != replica.observed.status:
+                changed = True
+            replica.observed = seen
+        return changed
+
+    def _telemetry(self) -> Telemetry:
+        workloads = []
+        for key, r in self.replicas.items():
+            seen = r.observed
+            if seen is None or seen.status != RUNNING or not r.assignment.device_uuids:
+                continue
+            load: SyntheticLoad | None = None
+            if LOAD_ENV in r.assignment.env:
+                try:
+                    load = parse_synthetic_load(r.assignment.env[LOAD_ENV])
+                except ValueError:
+                    load = None
+            workloads.append(
+                Workload(
+                    job_id=key,
+                    device_uuids=tuple(r.assignment.device_uuids),
+                    milli=r.assignment.milli_per_device,
+                    memory_mib=r.assignment.memory_mib_per_device,
+                    pids=(seen.pid,) if seen.pid is not None else (),
+                    load=load,
+                )
+            )
+        self.backend.set_workload(workloads)
+        return self.backend.sample()
+
+    def _usage_by_replica(self, telemetry: Telemetry) -> dict[str, dict[str, int]]:
+        """GPU memory per replica and device, from per-process readings."""
+        by_session = {
+            r.observed.pid: key
+            for key, r in self.replicas.items()
+            if r.observed is not None and r.observed.pid is not None
+        }
+        usage: dict[str, dict[str, int]] = {}
+        for sample in telemetry.devices:
+            for proc in sample.processes:
+                if proc.used_memory_mib is None:
+                    continue
+                key = by_session.get(proc.pid)
+                if key is None:
+                    sid = session_of(proc.pid)
+                    key = by_session.get(sid) if sid is not None else None
+                if key is None:
+                    continue
+                per = usage.setdefault(key, {})
+                per[sample.uuid] = per.get(sample.uuid, 0) + proc.used_memory_mib
+        return usage
+
+    def _enforce_memory(self, telemetry: Telemetry) -> None:
+        now = self.clock.now()
+        usage = self._usage_by_replica(telemetry)
+        watched = []
+        for key, r in self.replicas.items():
+            if r.observed is None or r.observed.status != RUNNING:
+                continue
+            watched.append(
+                WatchedReplica(
+                    key=key,
+                    device_uuids=tuple(r.assignment.device_uuids),
+                    memory_limit_mib=r.assignment.memory_mib_per_device,
+                    usage_mib=usage.get(key, {}),
+                    priority=r.assignment.priority,
+                    preemptible=r.assignment.preemptible,
+                    watched=r.isolation == "soft",
+                    stopping=self.executor.is_stopping(key),
+                )
+            )
+        for verdict in self.watchdog.check(now, watched):
+            replica = self.replicas[verdict.key]
+            if verdict.action is Action.SIGNAL:
+                # If the job ends on this signal, it ended because of its memory.
+                replica.local_reason = verdict.reason
+                replica.local_stop = "memory"
+                self._save_assignment(verdict.key, replica)
+                self.executor.signal(verdict.key, replica.assignment.checkpoint_signal)
+            else:
+                self._local_stop(verdict.key, "memory", verdict.reason, "SIGKILL", 0.0)
+        memory = {
+            s.uuid: (s.memory_used_mib, s.memory_total_mib)
+            for s in telemetry.devices
+            if s.memory_used_mib is not None and not s.lost
+        }
+        pressured = frozenset(
+            k
+            for k, r in self.replicas.items()
+            if r.local_reason
+            and "pressure" in r.local_reason
+            and r.observed is not None
+            and r.observed.status == RUNNING
+        )
+        for verdict in pressure_victims(memory, watched, self.config.pressure_threshold, pressured):
+            a = self.replicas[verdict.key].assignment
+            self._local_stop(
+                verdict.key, "pressure", verdict.reason, a.checkpoint_signal, a.grace_period_s
+            )
+
+    def _local_stop(self, key: str, reason: str, text: str, signal: str, grace: float) -> None:
+        replica = self.replicas[key]
+        if self.executor.is_stopping(key):
+            return
+        replica.local_reason = text
+        replica.local_stop = reason
+        self._save_assignment(key, replica)
+        self.executor.stop(key, reason=reason, signal_name=signal, grace_s=grace)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def heartbeat_request(self) -> HeartbeatRequest:
+        telemetry = self._telemetry()
+        verdicts = self.health.update(telemetry)
+        self._enforce_memory(telemetry)
+        replicas = []
+        for key, r in sorted(self.replicas.items()):
+            seen = r.observed or self.executor.observe(key)
+            replicas.append(
+                replica_status(
+                    seen,
+                    isolation=r.isolation,
+                    local_reason=r.local_reason,
+                    local_stop=r.local_stop,
+                    checkpoint_time=_mtime(r.checkpoint_dir),
+                )
+            )
+        return HeartbeatRequest(
+            node=self.config.node,
+            epoch=self.epoch,
+            telemetry=device_telemetry(
+                self.inventory, telemetry, verdicts, [d.uuid for d in self.devices]
+            ),
+            replicas=replicas,
+        )
+
+    def heartbeat(self) -> HeartbeatResponse:
+        answer = self.transport.heartbeat(self.heartbeat_request())
+        self.heartbeats += 1
+        self.handle(answer)
+        return answer
+
+    def handle(self, answer: HeartbeatResponse) -> None:
+        """Act on a heartbeat answer (idempotent; see the module docstring)."""
+        if answer.epoch < self.epoch:
+            return  # a deposed leader's late answer
+        self._see_epoch(answer.epoch)
+        self.interval_s = answer.heartbeat_interval_s
+        if not answer.registered:
+            self.registered = False
+            return
+        for key in answer.finished_ack:
+            replica = self.replicas.get(key)
+            if (
+                replica is not None
+                and replica.observed is not None
+                and (replica.observed.status in (EXITED, BOOT_FAILED))
+            ):
+                self.executor.forget(key)
+                del self.replicas[key]
+        for order in answer.stop:
+            self.apply_stop(order)
+        for assignment in answer.start:
+            self.apply_start(assignment)
+
+    def apply_stop(self, order: StopOrder) -> bool:
+        """Stop a replica; False when the order is stale or names nothing running."""
+        if order.epoch < self.epoch or order.assignment_id not in self.replicas:
+            return False
+        return self.executor.stop(
+            order.assignment_id,
+            reason=order.reason.value,
+            signal_name=order.signal,
+            grace_s=order.grace_period_s,
+        )
+
+    def apply_start(self, a: AssignmentSpec) -> bool:
+        """Launch a replica; False for a stale or already known assignment."""
+        if a.epoch < self.epoch or a.assignment_id in self.replicas:
+            return False
+        if (
+            self.executor.jobdir(a.assignment_id).path.exists()
+            or (self.executor.done_dir / a.assignment_id).exists()
+        ):
+            return False
+        ctx = SliceContext(
+            devices=tuple(
+                SliceDevice(u, self._device_memory.get(u, 0), u in self._mig)
+                for u in a.device_uuids
+            ),
+            milli=a.milli_per_device,
+            memory_mib=a.memory_mib_per_device,
+            mps_pipe_dir=str(self.mps.pipe_dir) if self.mps is not None else None,
+            mps_log_dir=str(self.mps.log_dir) if self.mps is not None else None,
+            soft_hook_dir=SOFT_HOOK_DIR,
+        )
+        checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
+        replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
+        unknown = [u for u in a.device_uuids if u not in self._device_memory]
+        try:
+            if unknown:
+                raise IsolationUnavailable(
+                    f"devices {', '.join(unknown)} are not on node {self.config.node}"
+                )
+            replica.isolation = resolve(a.isolation, ctx)
+            workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
+            Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            if a.workdir is None:
+                Path(workdir).mkdir(parents=True, exist_ok=True)
+            if not Path(workdir).is_dir():
+                raise IsolationUnavailable(
+                    f"workdir {workdir} does not exist on node {self.config.node}: create it "
+                    "there or submit without workdir"
+                )
+        except (IsolationUnavailable, OSError) as exc:
+            self.replicas[a.assignment_id] = replica
+            self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
+            return True
+        env, dropped = job_env(
+            a,
+            node=self.config.node,
+            checkpoint_dir=checkpoint_dir,
+            isolation=replica.isolation,
+            isolation_env=isolation_env(replica.isolation, ctx),
+            base_env=os.environ,
+        )
+        argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
+        spec = LaunchSpec(
+            argv=argv,
+            env=env,
+            cwd=workdir,
+            time_limit_s=a.time_limit_s,
+            stop_signal=a.checkpoint_signal,
+            grace_s=a.grace_period_s,
+            log_cap_bytes=self.config.log_cap_bytes,
+        )
+        if dropped:
+            replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
+        self.replicas[a.assignment_id] = replica
+        self.executor.launch(a.assignment_id, spec, self._record(replica))
+        return True
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop`` is set. Replicas keep running after it returns."""
+        self.adopt()
+        mono = self.clock.monotonic
+        next_beat = mono()
+        next_mps_check = mono() + 60.0
+        while not stop.is_set():
+            changed = self.observe()
+            now = mono()
+            healthy_link = self.backoff.failures == 0
+            if now >= next_beat or (changed and healthy_link and self.registered):
+                try:
+                    if not self.registered:
+                        self.register()
+                    self.heartbeat()
+                    self.observe()
+                    if self.last_error is not None:
+                        log.info("server reachable again; state reconciled")
+                    self.backoff.reset()
+                    self.last_error = None
+                    next_beat = mono() + self.interval_s
+                except ServerUnavailable as exc:
+                    delay = self.backoff.next_delay()
+                    if self.last_error is None:
+                        log.warning("server unreachable (%s); jobs keep running, retrying", exc)
+                    self.last_error = str(exc)
+                    next_beat = mono() + delay
+            if self.mps is not None and now >= next_mps_check:
+                self.mps.ensure()
+                next_mps_check = now + 60.0
+            stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+
+    def close(self) -> None:
+        self.transport.close()
+        self.backend.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _see_epoch(self, epoch: int) -> None:
+        if epoch > self.epoch:
+            self.epoch = epoch
+            write_json(self._meta_path, {"epoch": epoch, "node": self.config.node})
+
+    def _record(self, replica: Replica) -> dict[str, Any]:
+        return {
+            "assignment": replica.assignment.model_dump(mode="json"),
+            "isolation": replica.isolation,
+            "checkpoint_dir": replica.checkpoint_dir,
+            "local_reason": replica.local_reason,
+            "local_stop": replica.local_stop,
+        }
+
+    def _save_assignment(self, key: str, replica: Replica) -> None:
+        jd = self.executor.jobdir(key)
+        if jd.path.exists():
+            write_json(jd.assignment, self._record(replica))
+
+    def summary(self) -> Mapping[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.replicas.values():
+            status = r.observed.status if r.observed else "unknown"
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
+
+def _mtime(path: str | None) -> float | None:
+    """When the newest file in a checkpoint folder was written; ``None`` when it is empty."""
+    if path is None:
+        return None
+    try:
+        with os.scandir(path) as entries:
+            times = [e.stat().st_mtime for e in entries]
+    except OSError:
+        return None
+    return max(times) if times else None

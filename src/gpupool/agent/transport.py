@@ -1,0 +1,107 @@
+"""HTTP transport from the agent to the server, and the reconnect backoff.
+
+The agent speaks the protocol of :mod:`gpupool.schemas.agent` over ``POST /v1/agent/register``
+and ``POST /v1/agent/heartbeat`` with a bearer token of role ``agent``. Network errors and
+5xx answers raise :class:`ServerUnavailable` (the agent keeps its jobs running and retries with
+:class:`Backoff`); 401/403 raise :class:`AgentRejected`, which needs a person (a wrong or
+revoked token), so the agent says so instead of retrying silently forever.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from gpupool import __version__
+from gpupool.domain.errors import GpupoolError
+from gpupool.schemas.agent import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    RegisterRequest,
+    RegisterResponse,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ServerUnavailable(GpupoolError):
+    """The server did not answer usefully; try again later."""
+
+
+class AgentRejected(GpupoolError):
+    """The server refused the agent (bad token, wrong role, bad request)."""
+
+
+class Transport(Protocol):
+    def register(self, request: RegisterRequest) -> RegisterResponse: ...
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+
+    def close(self) -> None: ...
+
+
+class HttpTransport:
+    """The real transport: one keep-alive ``httpx`` connection to the server."""
+
+    def __init__(self, server_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+        self._client = httpx.Client(
+            base_url=server_url.rstrip("/"),
+            headers={
+                "Authorization": f"Bearer {token}",
+                "User-Agent": f"gpupool-agent/{__version__}",
+            },
+            timeout=timeout_s,
+        )
+
+    def _post(self, path: str, body: BaseModel, answer: type[M]) -> M:
+        try:
+            response = self._client.post(path, json=body.model_dump(mode="json"))
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(
+                f"cannot reach the server at {self._client.base_url}: {exc}"
+            ) from None
+        if response.status_code in (401, 403):
+            raise AgentRejected(
+                f"the server refused the agent token ({response.status_code}): create a token "
+                "with role 'agent' and pass it with --token-file"
+            )
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
+        if response.status_code >= 400:
+            raise AgentRejected(
+                f"the server rejected {path} ({response.status_code}): {response.text[:500]}"
+            )
+        try:
+            return answer.model_validate(response.json())
+        except (ValidationError, ValueError) as exc:
+            raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
+
+    def register(self, request: RegisterRequest) -> RegisterResponse:
+        return self._post("/v1/agent/register", request, RegisterResponse)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        return self._post("/v1/agent/heartbeat", request, HeartbeatResponse)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class Backoff:
+    """Exponential backoff with jitter: 0.5 s, 1 s, 2 s, ... up to ``cap_s``, each ×[0.5, 1]."""
+
+    def __init__(self, base_s: float = 0.5, cap_s: float = 30.0, seed: int | None = None) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.failures = 0
+        self._rng = random.Random(seed)
+
+    def next_delay(self) -> float:
+        delay = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
+        self.failures += 1
+        return delay * self._rng.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.failures = 0

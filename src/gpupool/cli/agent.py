@@ -1,0 +1,115 @@
+"""``gpupool agent``: run the node agent of this machine against a server.
+
+Example::
+
+    gpupool agent --server http://pool.lab:8470 --token-file /etc/gpupool/agent-token
+    gpupool agent --server http://127.0.0.1:8470 --token-file t --simulate 4xA100-80GB --node sim-1
+
+Its state (job folders, logs, checkpoints by default) lives in ``--state-dir``, by default
+``$GPUPOOL_HOME/agent/<node>``. Stopping the agent (Ctrl-C, SIGTERM) leaves jobs running; the
+next agent started with the same state folder re-adopts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import typer
+
+from gpupool.domain.errors import GpupoolError
+
+
+def gpupool_home() -> Path:
+    """``$GPUPOOL_HOME``, by default ``~/.local/share/gpupool``."""
+    return Path(os.environ.get("GPUPOOL_HOME") or "~/.local/share/gpupool").expanduser()
+
+
+def read_token(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise GpupoolError(
+            f"cannot read the agent token from {path}: {exc.strerror}; "
+            "create a token with role 'agent' and save it there"
+        ) from None
+    if not token:
+        raise GpupoolError(f"the token file {path} is empty: put the agent token in it")
+    return token
+
+
+def run_agent(  # noqa: PLR0917 - typer options
+    server: str = typer.Option(..., help="URL of the gpupool server, e.g. http://host:8470"),
+    token_file: Path = typer.Option(..., help="file holding a token with role 'agent'"),  # noqa: B008
+    node: str | None = typer.Option(None, help="node name (default: the host name)"),
+    state_dir: Path | None = typer.Option(  # noqa: B008
+        None, help="agent state folder (default: $GPUPOOL_HOME/agent/<node>)"
+    ),
+    simulate: str | None = typer.Option(
+        None, help="use simulated GPUs: a spec like 4xA100-80GB,2xT4 or a YAML file"
+    ),
+    seed: int = typer.Option(0, help="seed of simulated telemetry"),
+    address: str | None = typer.Option(None, help="address other nodes reach this one at"),
+    pool: str | None = typer.Option(None, help="pool for this node's devices when it is new"),
+    checkpoint_root: Path | None = typer.Option(  # noqa: B008
+        None, help="where job checkpoint folders go (share it between nodes to move jobs)"
+    ),
+    log_cap: str = typer.Option("64MiB", help="size cap of each job's stdout and stderr log"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
+) -> None:
+    """Run this machine's node agent: report its GPUs and run the jobs placed on them."""
+    from gpupool.agent.agent import Agent, AgentConfig
+    from gpupool.agent.node import default_node_name
+    from gpupool.agent.transport import AgentRejected, HttpTransport
+    from gpupool.control.clock import SystemClock
+    from gpupool.domain.units import mib_to_bytes, parse_memory
+    from gpupool.gpu import open_backend
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        name = node or default_node_name()
+        token = read_token(token_file)
+        cap = mib_to_bytes(parse_memory(log_cap, field="log-cap"))
+        backend = open_backend(node=name, simulate=simulate, seed=seed)
+    except GpupoolError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    folder = state_dir or gpupool_home() / "agent" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    config = AgentConfig(
+        node=name,
+        state_dir=folder,
+        address=address,
+        checkpoint_root=checkpoint_root,
+        pool=pool,
+        log_cap_bytes=cap,
+    )
+    agent = Agent(config, backend, HttpTransport(server, token), SystemClock())
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    kinds = sorted({d.name for d in agent.inventory})
+    typer.echo(
+        f"gpupool agent: node {name}, {len(agent.devices)} {backend.name} GPU(s) "
+        f"({', '.join(kinds)}), server {server}, state in {folder}"
+    )
+    try:
+        agent.run(stop)
+    except AgentRejected as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        agent.close()
+    counts = agent.summary()
+    live = counts.get("running", 0) + counts.get("starting", 0)
+    typer.echo(
+        f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted on restart"
+    )
+    sys.stdout.flush()
