@@ -1,37 +1,107 @@
 """The API application factory.
 
-``create_app()`` builds the FastAPI app: health endpoints now, the ``/v1`` routers as the
-control plane grows. Routes stay thin: parse, authorise, call one service, map errors.
+``create_app(settings)`` builds the FastAPI app over one :class:`ControlPlane`: it checks the
+store's schema (creating it on an empty database, refusing an unknown one), bootstraps the
+defaults and the admin token on first start, mounts the ``/v1`` routers, ``/metrics``,
+``/healthz`` and ``/readyz``, and (when ``settings.schedule``) runs the scheduling loop in a
+thread for the app's lifetime. Routes stay thin: parse, authorise, call one service, map errors.
+
+For tests and embedding, pass ``control`` (a ready :class:`ControlPlane`, e.g. with a manual
+clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing else changes.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gpupool import __version__
+from gpupool.api import errors
+from gpupool.api.deps import Services
+from gpupool.api.routers import admin, agent, events, jobs, nodes, usage, users
+from gpupool.control.bootstrap import bootstrap
+from gpupool.control.context import ControlPlane
+from gpupool.control.errors import Unavailable
+from gpupool.control.loop import SchedulingLoop
+from gpupool.control.settings import ServerSettings
+from gpupool.control.telemetry import read_sample
+from gpupool.metrics.collector import ClusterCollector
+from gpupool.metrics.definitions import REGISTRY
+
+log = logging.getLogger("gpupool.api")
 
 
-def create_app() -> FastAPI:
-    """Build the API application."""
+def create_app(
+    settings: ServerSettings | None = None,
+    *,
+    control: ControlPlane | None = None,
+    loop: SchedulingLoop | None = None,
+) -> FastAPI:
+    """Build the API application (see the module docstring)."""
+    cp = control or ControlPlane(settings or ServerSettings.build())
+    if loop is None and cp.settings.schedule:
+        loop = SchedulingLoop(cp)
+    cp.prepare()
+    token_path = bootstrap(cp)
+    if token_path is not None:
+        log.warning("first start: the admin token is in %s (mode 0600)", token_path)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if loop is not None:
+            loop.start()
+        try:
+            yield
+        finally:
+            if loop is not None:
+                loop.stop()
+            if control is None:
+                cp.close()
+
     app = FastAPI(
         title="gpupool",
         version=__version__,
         description="GPU pooling: fractional slices, fair scheduling, accounting.",
+        lifespan=lifespan,
     )
+    app.state.services = Services.build(cp, loop)
+    app.state.admin_token_path = token_path
+    errors.install(app)
+    for module in (jobs, agent, nodes, admin, users, usage, events):
+        app.include_router(module.router)
+
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(lambda: read_sample(cp)))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
-    def readyz() -> dict[str, str]:
-        """Readiness: the server can take requests."""
-        return {"status": "ready"}
+    @app.get("/readyz", tags=["health"], response_model=None)
+    def readyz() -> dict[str, str] | JSONResponse:
+        """Readiness: the database answers (503 with a reason when it does not)."""
+        if not cp.ping():
+            raise Unavailable(
+                "the database does not answer: the server keeps retrying; check PostgreSQL"
+            )
+        leader = "yes" if cp.epoch > 0 else "no"
+        return {"status": "ready", "leader": leader}
 
     @app.get("/v1/version", tags=["meta"])
     def version() -> dict[str, str]:
         """The server's gpupool version."""
         return {"version": __version__}
+
+    @app.get("/metrics", tags=["health"])
+    def metrics() -> Response:
+        """Prometheus metrics (text format); see :mod:`gpupool.metrics`."""
+        body = generate_latest(registry) + generate_latest(REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return app

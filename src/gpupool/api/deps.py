@@ -1,0 +1,81 @@
+"""Request dependencies: the services, and who is calling.
+
+``principal`` authenticates the bearer token (401 with a hint when missing or bad) and stores
+the principal on ``request.state`` so the error handler can audit refused calls; ``actor``
+adds where the call came from, for the audit log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gpupool.control.accounting import AccountingService
+from gpupool.control.auth import Actor, Principal, authenticate
+from gpupool.control.context import ControlPlane
+from gpupool.control.heartbeat import HeartbeatService
+from gpupool.control.jobs import JobService
+from gpupool.control.loop import SchedulingLoop
+from gpupool.control.nodes import NodeService
+from gpupool.control.pools import PoolService
+from gpupool.control.tenants import TenantService
+from gpupool.control.users import UserService
+
+
+@dataclass
+class Services:
+    cp: ControlPlane
+    jobs: JobService
+    nodes: NodeService
+    heartbeat: HeartbeatService
+    pools: PoolService
+    tenants: TenantService
+    users: UserService
+    accounting: AccountingService
+    loop: SchedulingLoop | None = None
+
+    @classmethod
+    def build(cls, cp: ControlPlane, loop: SchedulingLoop | None) -> Services:
+        return cls(
+            cp=cp,
+            jobs=JobService(cp),
+            nodes=NodeService(cp),
+            heartbeat=HeartbeatService(cp),
+            pools=PoolService(cp),
+            tenants=TenantService(cp),
+            users=UserService(cp),
+            accounting=AccountingService(cp),
+            loop=loop,
+        )
+
+
+def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def principal(request: Request, svc: Annotated[Services, Depends(services)]) -> Principal:
+    with svc.cp.tx() as s:
+        who = authenticate(s, _bearer(request), svc.cp.now())
+    request.state.principal = who
+    return who
+
+
+def actor(request: Request, who: Annotated[Principal, Depends(principal)]) -> Actor:
+    remote = request.client.host if request.client is not None else None
+    return Actor(principal=who, method=request.method, path=request.url.path, remote=remote)
+
+
+Svc = Annotated[Services, Depends(services)]
+Who = Annotated[Principal, Depends(principal)]
+Act = Annotated[Actor, Depends(actor)]

@@ -1,0 +1,95 @@
+"""``/v1/jobs``: submit, list, get, cancel, hold, release, requeue, events."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+
+from gpupool.api.deps import Act, Svc, Who
+from gpupool.api.views import event_view, job_view
+from gpupool.control.errors import Invalid
+from gpupool.control.jobs import JobFilter
+from gpupool.domain.states import JobState
+from gpupool.schemas.jobs import (
+    CancelJobRequest,
+    JobEventView,
+    JobList,
+    JobView,
+    SubmitJobRequest,
+    SubmitJobResponse,
+)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, response_model=SubmitJobResponse)
+def submit(
+    body: SubmitJobRequest,
+    svc: Svc,
+    act: Act,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> SubmitJobResponse:
+    """Submit a job; with an idempotency key, a retry returns the first job (200)."""
+    key = body.idempotency_key or idempotency_key
+    job, created = svc.jobs.submit(act, body.spec, key)
+    if not created:
+        response.status_code = 200
+    return SubmitJobResponse(job=job_view(job), created=created)
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    svc: Svc,
+    who: Who,
+    *,
+    state: Annotated[list[str] | None, Query(description="names or codes, e.g. R, PD")] = None,
+    tenant: str | None = None,
+    user: str | None = None,
+    pool: str | None = None,
+    name: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: str | None = None,
+) -> JobList:
+    try:
+        states = tuple(JobState.parse(s) for s in state or ())
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    page = svc.jobs.list_jobs(
+        who, JobFilter(states, tenant, user, pool, name), limit=limit, cursor=cursor
+    )
+    return JobList(jobs=[job_view(j) for j in page.jobs], next_cursor=page.next_cursor)
+
+
+@router.get("/{job_id}", response_model=JobView)
+def get_job(job_id: str, svc: Svc, who: Who) -> JobView:
+    """A job with its pending reason, estimated start and priority factor table."""
+    detail = svc.jobs.get(who, job_id)
+    factors = svc.loop.priorities.get(job_id) if svc.loop is not None else None
+    return job_view(detail.job, detail, factors)
+
+
+@router.get("/{job_id}/events", response_model=list[JobEventView])
+def job_events(job_id: str, svc: Svc, who: Who) -> list[JobEventView]:
+    return [event_view(e) for e in svc.jobs.events(who, job_id)]
+
+
+@router.post("/{job_id}/cancel", response_model=JobView)
+def cancel(job_id: str, svc: Svc, act: Act, body: CancelJobRequest | None = None) -> JobView:
+    return job_view(svc.jobs.cancel(act, job_id, body.reason if body else None))
+
+
+@router.post("/{job_id}/hold", response_model=JobView)
+def hold(job_id: str, svc: Svc, act: Act) -> JobView:
+    return job_view(svc.jobs.set_held(act, job_id, True))
+
+
+@router.post("/{job_id}/release", response_model=JobView)
+def release(job_id: str, svc: Svc, act: Act) -> JobView:
+    return job_view(svc.jobs.set_held(act, job_id, False))
+
+
+@router.post("/{job_id}/requeue", response_model=JobView)
+def requeue(job_id: str, svc: Svc, act: Act) -> JobView:
+    return job_view(svc.jobs.requeue(act, job_id))

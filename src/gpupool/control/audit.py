@@ -1,0 +1,51 @@
+"""The audit log: one row per mutating API call (who, what, when, from where, how it ended).
+
+Successful calls write their row in the same transaction as the change, so a change is never
+without its record; refused and failed calls are written by the API in their own transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.control.auth import Actor
+from gpupool.store.models import AuditModel
+
+
+def record(
+    session: Session,
+    actor: Actor | None,
+    action: str,
+    now: float,
+    *,
+    target: str | None = None,
+    status: int = 200,
+    user: str | None = None,
+    role: str | None = None,
+    method: str | None = None,
+    path: str | None = None,
+    remote: str | None = None,
+) -> None:
+    """Add an audit row to ``session`` (committed with the caller's transaction)."""
+    principal = actor.principal if actor is not None else None
+    session.add(
+        AuditModel(
+            time=now,
+            actor=user or (principal.user if principal else "anonymous"),
+            role=role or (principal.role.value if principal else ""),
+            action=action,
+            method=method or (actor.method if actor else ""),
+            path=(path or (actor.path if actor else ""))[:500],
+            status=status,
+            remote=remote or (actor.remote if actor else None),
+            target=target,
+        )
+    )
+
+
+def recent(session: Session, limit: int = 100, since: float | None = None) -> list[AuditModel]:
+    query = select(AuditModel).order_by(AuditModel.id.desc()).limit(limit)
+    if since is not None:
+        query = query.where(AuditModel.time >= since)
+    return list(session.scalars(query))

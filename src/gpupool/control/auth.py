@@ -1,0 +1,105 @@
+"""Who is calling, and may they do this.
+
+Words:
+
+- **token**: a bearer secret ``gp_<id>_<random>``; the server stores only its SHA-256 (the
+  secret is 256 random bits, so a slow hash buys nothing) and shows the secret once.
+- **principal**: the user behind a valid token, with role and tenant.
+- **actor**: a principal plus where the call came from (method, path, remote address), which is
+  what the audit log records.
+
+Permissions per role are :data:`gpupool.domain.users.PERMISSIONS`; :func:`require` checks them.
+Tenant scoping (another tenant's job is a 404, not a 403) is done by the services.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.control.errors import Forbidden, Unauthorized
+from gpupool.domain.users import Permission, Role, allows
+from gpupool.store.models import TokenModel, UserModel
+
+TOKEN_PREFIX = "gp_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str
+    role: Role
+    tenant: str | None
+    token_id: str
+
+    def can(self, permission: Permission) -> bool:
+        return allows(self.role, permission)
+
+    @property
+    def cluster_wide(self) -> bool:
+        """True for roles that see every tenant (admin, operator)."""
+        return self.can(Permission.JOB_READ_ANY)
+
+
+@dataclass(frozen=True)
+class Actor:
+    principal: Principal
+    method: str = ""
+    path: str = ""
+    remote: str | None = None
+
+
+def new_secret() -> tuple[str, str, str]:
+    """A fresh token: ``(token_id, secret, sha256_hex)``."""
+    token_id = secrets.token_hex(6)
+    secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+    return token_id, secret, hash_secret(secret)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def authenticate(session: Session, secret: str | None, now: float) -> Principal:
+    """The principal for ``secret``, or :class:`Unauthorized` saying why not."""
+    if not secret:
+        raise Unauthorized(
+            "no API token: send 'Authorization: Bearer <token>' (the admin token is in "
+            "$GPUPOOL_HOME/admin-token; create others with `gpupool token create`)"
+        )
+    digest = hash_secret(secret)
+    row = session.execute(
+        select(TokenModel, UserModel)
+        .join(UserModel, UserModel.name == TokenModel.user)
+        .where(TokenModel.secret_sha256 == digest)
+    ).first()
+    if row is None or not hmac.compare_digest(row[0].secret_sha256, digest):
+        raise Unauthorized("the API token is not valid: check it, or ask an admin for a new one")
+    token, user = row
+    if token.revoked_at is not None:
+        raise Unauthorized("the API token was revoked: ask an admin for a new one")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise Unauthorized("the API token has expired: create a new one")
+    if user.disabled:
+        raise Unauthorized(f"user {user.name} is disabled: ask an admin")
+    return Principal(user=user.name, role=Role(user.role), tenant=user.tenant, token_id=token.id)
+
+
+def require(principal: Principal, *permissions: Permission) -> None:
+    """Raise :class:`Forbidden` unless the principal holds at least one of ``permissions``."""
+    if any(principal.can(p) for p in permissions):
+        return
+    wanted = " or ".join(p.value for p in permissions)
+    raise Forbidden(
+        f"role {principal.role.value} may not do this (needs {wanted}): ask an admin for a "
+        "role that allows it"
+    )
+
+
+def tenant_visible(principal: Principal, tenant: str) -> bool:
+    """Whether the principal may see objects of ``tenant`` at all."""
+    return principal.cluster_wide or principal.tenant == tenant

@@ -1,0 +1,102 @@
+"""The control plane's shared parts: the store, the clock, the settings, the loop's wake-up.
+
+:class:`ControlPlane` is built once per server process and handed to every service. ``tx()`` is
+the one way services open a transaction; a database that is down surfaces as
+:class:`~gpupool.control.errors.Unavailable` (HTTP 503) with a message that says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session
+
+from gpupool.control.clock import Clock, SystemClock
+from gpupool.control.errors import Unavailable
+from gpupool.control.settings import ServerSettings
+from gpupool.store.db import is_sqlite, make_engine, session_factory
+from gpupool.store.schema import ensure_schema
+
+log = logging.getLogger("gpupool.control")
+
+DB_DOWN = (
+    "the database is unavailable ({detail}); the server retries by itself: try again in a "
+    "few seconds, and check that PostgreSQL is running if this persists"
+)
+
+
+def is_db_down(exc: BaseException) -> bool:
+    """True for errors that mean "cannot reach the database" rather than "bad query"."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, OperationalError):
+        message = str(exc.orig).lower() if exc.orig is not None else ""
+        # SQLite's "database is locked" is contention, not an outage; everything else is.
+        return "locked" not in message
+    return False
+
+
+class ControlPlane:
+    """Store, clock and settings, shared by every service in one server process."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        clock: Clock | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.engine = engine or make_engine(settings.database_url)
+        self.sessions = session_factory(self.engine)
+        self.wakeup = threading.Event()
+        self.epoch = 0  # the leader epoch this server holds (0 = not leader)
+
+    @property
+    def sqlite(self) -> bool:
+        return is_sqlite(self.settings.database_url)
+
+    def prepare(self) -> str:
+        """Check (and on an empty database create) the schema; returns its revision."""
+        return ensure_schema(self.engine, allow_migrate=self.settings.migrate)
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def poke(self) -> None:
+        """Wake the scheduling loop (after a submit, a finish, a node change)."""
+        self.wakeup.set()
+
+    @contextmanager
+    def tx(self) -> Iterator[Session]:
+        """A transaction: commits on success, rolls back on error; DB outages become 503."""
+        try:
+            with self.sessions() as session, session.begin():
+                yield session
+        except (OperationalError, DBAPIError, PoolTimeout) as exc:
+            if is_db_down(exc):
+                detail = type(exc.orig).__name__ if isinstance(exc, DBAPIError) else "timeout"
+                log.warning("database unavailable: %s", exc)
+                raise Unavailable(DB_DOWN.format(detail=detail)) from exc
+            raise
+
+    def ping(self) -> bool:
+        """True when the database answers."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except (OperationalError, DBAPIError, PoolTimeout):
+            return False
+
+    def close(self) -> None:
+        self.engine.dispose()

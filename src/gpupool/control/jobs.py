@@ -1,0 +1,311 @@
+"""Jobs: submit (idempotent), read, list, cancel, hold, release, requeue.
+
+Visibility: a tenant-scoped role sees only its tenant's jobs; any other job answers 404, the
+same as a job that does not exist, so ids of other teams' jobs leak nothing.
+
+**Idempotency key**: a client may send a key with a submit (the ``Idempotency-Key`` header or
+the request's ``idempotency_key``). A second submit by the same user with the same key returns
+the job created by the first, whatever happened in between (timeouts, server restarts). Keys
+are unique per user and kept for the life of the job.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpupool.control import audit
+from gpupool.control.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.bootstrap import DEFAULT_TENANT
+from gpupool.control.context import ControlPlane
+from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
+from gpupool.control.jobstate import move, order_stop
+from gpupool.domain.errors import SpecError
+from gpupool.domain.jobs import Job, JobSpec
+from gpupool.domain.jobspec import build_spec
+from gpupool.domain.states import JobState
+from gpupool.domain.transitions import JobEvent
+from gpupool.domain.users import Permission
+from gpupool.store.mapping import event_from_row, job_from_row, job_to_row
+from gpupool.store.models import (
+    AssignmentModel,
+    JobEventModel,
+    JobModel,
+    PoolModel,
+    PriorityClassModel,
+    TenantModel,
+)
+
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """A job with what the scheduler last said about it and where its replicas run."""
+
+    job: Job
+    pending_reason: str | None = None
+    estimated_start: float | None = None
+    nodes: tuple[str, ...] = ()
+    assignments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    states: tuple[JobState, ...] = ()
+    tenant: str | None = None
+    user: str | None = None
+    pool: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(6)
+
+
+def _not_found(job_id: str) -> NotFound:
+    return NotFound(f"job {job_id!r} not found: list your jobs with `gpupool jobs`")
+
+
+class JobService:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+
+    # ------------------------------------------------------------------ submit
+    def submit(
+        self, actor: Actor, data: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> tuple[Job, bool]:
+        """Validate and store a job; returns it and whether it was created now."""
+        principal = actor.principal
+        require(principal, Permission.JOB_SUBMIT)
+        try:
+            spec = build_spec(data, source="request")
+        except SpecError as exc:
+            raise Invalid("; ".join(str(p) for p in exc.problems)) from None
+        tenant = self._tenant_for(principal, spec)
+        if idempotency_key is not None:
+            existing = self._by_key(principal.user, idempotency_key)
+            if existing is not None:
+                return existing, False
+        try:
+            return self._insert(actor, spec, tenant, idempotency_key), True
+        except IntegrityError:
+            # A concurrent submit with the same key won the race: return its job.
+            if idempotency_key is not None:
+                existing = self._by_key(principal.user, idempotency_key)
+                if existing is not None:
+                    return existing, False
+            raise
+
+    def _tenant_for(self, principal: Principal, spec: JobSpec) -> str:
+        if spec.tenant is None:
+            return principal.tenant or DEFAULT_TENANT
+        if principal.cluster_wide or spec.tenant == principal.tenant:
+            return spec.tenant
+        raise Forbidden(
+            f"you may submit jobs only to your tenant {principal.tenant}: remove "
+            f"'tenant: {spec.tenant}' or ask an admin"
+        )
+
+    def _by_key(self, user: str, key: str) -> Job | None:
+        with self.cp.tx() as s:
+            row = s.scalar(
+                select(JobModel).where(JobModel.user == user, JobModel.idempotency_key == key)
+            )
+            return job_from_row(row) if row is not None else None
+
+    def _insert(self, actor: Actor, spec: JobSpec, tenant: str, key: str | None) -> Job:
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            if s.get(TenantModel, tenant) is None:
+                raise Invalid(f"tenant {tenant!r} does not exist: ask an admin to create it")
+            if s.get(PoolModel, spec.pool) is None:
+                raise Invalid(f"pool {spec.pool!r} does not exist: use one of `gpupool pool list`")
+            pc = s.get(PriorityClassModel, spec.priority_class)
+            if pc is None:
+                names = ", ".join(s.scalars(select(PriorityClassModel.name)))
+                raise Invalid(
+                    f"priority class {spec.priority_class!r} does not exist: use one of {names}"
+                )
+            job = Job(
+                id=new_job_id(),
+                spec=spec,
+                tenant=tenant,
+                user=actor.principal.user,
+                priority=pc.value,
+                submit_time=now,
+                eligible_time=now,
+            )
+            s.add(job_to_row(job, idempotency_key=key))
+            s.flush()  # the job row first: its event refers to it
+            s.add(
+                JobEventModel(
+                    job_id=job.id,
+                    time=now,
+                    source=JobState.PENDING.value,
+                    target=JobState.PENDING.value,
+                    version=job.version,
+                    reason="submitted",
+                )
+            )
+            audit.record(s, actor, "job.submit", now, target=job.id)
+        self.cp.poke()
+        return job
+
+    # ------------------------------------------------------------------ read
+    def _load(self, s: Session, principal: Principal, job_id: str) -> JobModel:
+        require(principal, Permission.JOB_READ, Permission.JOB_READ_ANY)
+        row = s.get(JobModel, job_id)
+        if row is None or not tenant_visible(principal, row.tenant):
+            raise _not_found(job_id)
+        return row
+
+    def get(self, principal: Principal, job_id: str) -> JobDetail:
+        with self.cp.tx() as s:
+            row = self._load(s, principal, job_id)
+            live = list(
+                s.scalars(
+                    select(AssignmentModel)
+                    .where(AssignmentModel.job_id == job_id, AssignmentModel.state != "finished")
+                    .order_by(AssignmentModel.rank)
+                )
+            )
+            return JobDetail(
+                job=job_from_row(row),
+                pending_reason=row.pending_reason,
+                estimated_start=row.estimated_start,
+                nodes=tuple(a.node for a in live),
+                assignments=tuple(a.id for a in live),
+            )
+
+    def list_jobs(
+        self, principal: Principal, flt: JobFilter, limit: int = 100, cursor: str | None = None
+    ) -> JobPage:
+        """Jobs newest first. ``cursor`` is the ``next_cursor`` of the previous page."""
+        require(principal, Permission.JOB_READ, Permission.JOB_READ_ANY)
+        limit = max(1, min(limit, MAX_PAGE))
+        query: Select[Any] = select(JobModel)
+        if not principal.cluster_wide:
+            query = query.where(JobModel.tenant == principal.tenant)
+        if flt.tenant is not None:
+            query = query.where(JobModel.tenant == flt.tenant)
+        if flt.user is not None:
+            query = query.where(JobModel.user == flt.user)
+        if flt.pool is not None:
+            query = query.where(JobModel.pool == flt.pool)
+        if flt.name is not None:
+            query = query.where(JobModel.name == flt.name)
+        if flt.states:
+            query = query.where(JobModel.state.in_([st.value for st in flt.states]))
+        if cursor is not None:
+            try:
+                t_text, last_id = cursor.split("_", 1)
+                t = float(t_text)
+            except ValueError:
+                raise Invalid(
+                    "cursor is not valid: pass the next_cursor of the last page"
+                ) from None
+            query = query.where(
+                (JobModel.submit_time < t) | ((JobModel.submit_time == t) & (JobModel.id < last_id))
+            )
+        query = query.order_by(JobModel.submit_time.desc(), JobModel.id.desc()).limit(limit + 1)
+        with self.cp.tx() as s:
+            rows = list(s.scalars(query))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = f"{rows[-1].submit_time!r}_{rows[-1].id}" if more and rows else None
+        return JobPage([job_from_row(r) for r in rows], next_cursor)
+
+    def events(self, principal: Principal, job_id: str) -> list[JobEvent]:
+        with self.cp.tx() as s:
+            self._load(s, principal, job_id)
+            rows = s.scalars(
+                select(JobEventModel)
+                .where(JobEventModel.job_id == job_id)
+                .order_by(JobEventModel.id)
+            )
+            return [event_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ change
+    def _load_for_change(self, s: Session, principal: Principal, job_id: str) -> JobModel:
+        row = self._load(s, principal, job_id)
+        if principal.can(Permission.JOB_CANCEL_ANY):
+            return row
+        if principal.can(Permission.JOB_CANCEL_TENANT) and row.tenant == principal.tenant:
+            return row
+        if principal.can(Permission.JOB_CANCEL_OWN) and row.user == principal.user:
+            return row
+        raise Forbidden(
+            f"role {principal.role.value} may not change job {job_id} of user {row.user}: "
+            "members change their own jobs, tenant admins their tenant's"
+        )
+
+    def cancel(self, actor: Actor, job_id: str, reason: str | None = None) -> Job:
+        now = self.cp.now()
+        why = reason or f"cancelled by {actor.principal.user}"
+        with self.cp.tx() as s:
+            row = self._load_for_change(s, actor.principal, job_id)
+            state = JobState(row.state)
+            if state.is_terminal:
+                raise Conflict(f"job {job_id} already ended ({state.value}): nothing to cancel")
+            spec_signal = row.spec.get("checkpoint_signal", "SIGTERM")
+            grace = float(row.spec.get("grace_period_s", 30.0))
+            if state in (JobState.PENDING, JobState.REQUEUED, JobState.CONFIGURING):
+                move(s, row, JobState.CANCELLED, now, reason=why)
+                order_stop(s, job_id, "cancel", spec_signal, grace)
+            elif state is JobState.RUNNING:
+                move(s, row, JobState.COMPLETING, now, reason=why)
+                order_stop(s, job_id, "cancel", spec_signal, grace)
+            else:  # COMPLETING: a stop is already under way; make it a cancel
+                order_stop(s, job_id, "cancel", spec_signal, grace)
+            audit.record(s, actor, "job.cancel", now, target=job_id)
+            job = job_from_row(row)
+        self.cp.poke()
+        return job
+
+    def set_held(self, actor: Actor, job_id: str, held: bool) -> Job:
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            row = self._load_for_change(s, actor.principal, job_id)
+            if held and JobState(row.state) is not JobState.PENDING:
+                raise Conflict(f"job {job_id} is {row.state}: only pending jobs can be held")
+            job = job_from_row(row).with_changes(held=held)
+            row.held = held
+            audit.record(s, actor, "job.hold" if held else "job.release", now, target=job_id)
+        self.cp.poke()
+        return job
+
+    def requeue(self, actor: Actor, job_id: str) -> Job:
+        """Put an ended job (failed, preempted, node failure, boot failure) back in the queue."""
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            row = self._load_for_change(s, actor.principal, job_id)
+            state = JobState(row.state)
+            if state not in (
+                JobState.FAILED,
+                JobState.PREEMPTED,
+                JobState.NODE_FAIL,
+                JobState.BOOT_FAIL,
+            ):
+                raise Conflict(
+                    f"job {job_id} is {state.value}: only failed, preempted, node-failed or "
+                    "boot-failed jobs can be requeued; cancel a running job and resubmit"
+                )
+            move(s, row, JobState.REQUEUED, now, reason=f"requeued by {actor.principal.user}")
+            move(s, row, JobState.PENDING, now, reason="waiting again")
+            audit.record(s, actor, "job.requeue", now, target=job_id)
+            job = job_from_row(row)
+        self.cp.poke()
+        return job

@@ -1,0 +1,265 @@
+"""The scheduling loop: snapshot -> schedule -> commit -> dispatch.
+
+One cycle:
+
+1. **snapshot**: read the store in one transaction (:func:`~.snapshot.build_snapshot`);
+2. **schedule**: call the pure scheduler (no transaction is open while it runs);
+3. **commit**: in one transaction, check the leader epoch, then for each start check that the
+   job is still pending at the version the snapshot read (optimistic concurrency: a job
+   cancelled or held meanwhile is skipped, not started) and that every device still has room,
+   then write the job's transition, its assignments and slices; stop orders for preemption
+   victims; pending reasons and start estimates;
+4. **dispatch**: assignments are now visible to agents, which pull them on their next heartbeat
+   (the agent protocol is pull-based, so no network call is made from the loop).
+
+The loop runs in a thread of the server. It wakes on events (:meth:`ControlPlane.poke`: a
+submit, a finish, a node change) and on a periodic tick; only the leader runs cycles.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import secrets
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpupool.control.context import ControlPlane
+from gpupool.control.errors import NotLeader, Unavailable
+from gpupool.control.jobstate import move, order_stop, requeue_if_allowed
+from gpupool.control.leader import Leadership, check_epoch
+from gpupool.control.nodes import NodeService
+from gpupool.control.snapshot import build_snapshot
+from gpupool.domain.states import JobState
+from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
+from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.decision import Decision, PriorityFactors, Start
+from gpupool.scheduling.snapshot import ClusterSnapshot
+from gpupool.store.models import (
+    AssignmentModel,
+    DeviceModel,
+    JobModel,
+    PoolModel,
+    SliceModel,
+)
+
+log = logging.getLogger("gpupool.control.loop")
+
+ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
+
+
+def default_schedule() -> ScheduleFn:
+    """The scheduler's ``schedule`` function (imported when first needed)."""
+    module = importlib.import_module("gpupool.scheduling.scheduler")
+    fn: ScheduleFn = module.schedule
+    return fn
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    started: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    preempted: tuple[str, ...] = ()
+    pending: int = 0
+    seconds: float = 0.0
+
+
+def new_assignment_id() -> str:
+    return "a" + secrets.token_hex(8)
+
+
+def _room_left(s: Session, start: Start) -> bool:
+    """Defence in depth: every device of the start still has the milli and memory it needs."""
+    need_milli: dict[str, int] = {}
+    need_mem: dict[str, int] = {}
+    for r in start.replicas:
+        for uuid in r.devices:
+            need_milli[uuid] = need_milli.get(uuid, 0) + r.milli_per_device
+            need_mem[uuid] = need_mem.get(uuid, 0) + r.memory_per_device_mib
+    rows = s.execute(
+        select(SliceModel.device_uuid, func.sum(SliceModel.milli), func.sum(SliceModel.memory_mib))
+        .where(SliceModel.device_uuid.in_(need_milli), SliceModel.active.is_(True))
+        .group_by(SliceModel.device_uuid)
+    )
+    used = {uuid: (int(m or 0), int(mem or 0)) for uuid, m, mem in rows}
+    for uuid, milli in need_milli.items():
+        dev = s.get(DeviceModel, uuid)
+        if dev is None:
+            return False
+        pool = s.get(PoolModel, dev.pool)
+        overcommit = pool.memory_overcommit if pool is not None else 1.0
+        u_milli, u_mem = used.get(uuid, (0, 0))
+        if u_milli + milli > 1000 or u_mem + need_mem[uuid] > int(dev.memory_mib * overcommit):
+            return False
+    return True
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        *,
+        config: SchedulerConfig | None = None,
+        schedule: ScheduleFn | None = None,
+        leadership: Leadership | None = None,
+    ) -> None:
+        self.cp = cp
+        self.config = config or SchedulerConfig()
+        self._schedule = schedule
+        self.leadership = leadership or Leadership(cp)
+        self.nodes = NodeService(cp)
+        self.priorities: dict[str, PriorityFactors] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def schedule(self) -> ScheduleFn:
+        if self._schedule is None:
+            self._schedule = default_schedule()
+        return self._schedule
+
+    # ------------------------------------------------------------------ one cycle
+    def cycle(self) -> CycleResult:
+        """Run one cycle as the leader (raises NotLeader if the lease is not ours)."""
+        t0 = self.cp.clock.monotonic()
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            snapshot, versions = build_snapshot(s, now)
+        if not snapshot.pending:
+            return CycleResult(seconds=self.cp.clock.monotonic() - t0)
+        decision = self.schedule(snapshot, self.config)
+        result = self._commit(decision, versions, now)
+        self.priorities = dict(decision.priorities)
+        seconds = self.cp.clock.monotonic() - t0
+        SCHEDULER_CYCLE_SECONDS.observe(seconds)
+        return CycleResult(
+            result.started, result.skipped, result.preempted, result.pending, seconds
+        )
+
+    def _commit(self, decision: Decision, versions: dict[str, int], now: float) -> CycleResult:
+        started: list[str] = []
+        skipped: list[str] = []
+        preempted: list[str] = []
+        with self.cp.tx() as s:
+            check_epoch(s, self.cp.epoch)
+            for start in decision.starts:
+                row = s.get(JobModel, start.job_id)
+                if (
+                    row is None
+                    or row.state != JobState.PENDING.value
+                    or row.version != versions.get(start.job_id)
+                    or row.held
+                    or not _room_left(s, start)
+                ):
+                    skipped.append(start.job_id)
+                    continue
+                self._start(s, row, start, now)
+                started.append(start.job_id)
+            for p in decision.preemptions:
+                row = s.get(JobModel, p.victim)
+                if row is None:
+                    continue
+                state = JobState(row.state)
+                signal = row.spec.get("checkpoint_signal", "SIGTERM")
+                grace = float(row.spec.get("grace_period_s", 30.0))
+                why = f"preempted for job {p.for_job}: {p.message}"
+                if state is JobState.RUNNING:
+                    move(s, row, JobState.COMPLETING, now, reason=why)
+                    order_stop(s, row.id, "preempt", signal, grace)
+                    preempted.append(row.id)
+                elif state is JobState.CONFIGURING:
+                    order_stop(s, row.id, "preempt", signal, grace)
+                    move(s, row, JobState.PREEMPTED, now, reason=why)
+                    requeue_if_allowed(s, row, now)
+                    preempted.append(row.id)
+            for job_id, info in decision.pending.items():
+                row = s.get(JobModel, job_id)
+                if row is None or row.state != JobState.PENDING.value:
+                    continue
+                text = f"{info.reason.value}: {info.message}"
+                if row.pending_reason != text:
+                    row.pending_reason = text
+                if row.estimated_start != info.estimated_start:
+                    row.estimated_start = info.estimated_start
+        if started or preempted:
+            log.info("cycle: started %d, preempted %d", len(started), len(preempted))
+        return CycleResult(tuple(started), tuple(skipped), tuple(preempted), len(decision.pending))
+
+    def _start(self, s: Session, row: JobModel, start: Start, now: float) -> None:
+        nodes = sorted({r.node for r in start.replicas})
+        move(s, row, JobState.CONFIGURING, now, reason=f"placed on {', '.join(nodes)}")
+        port = 20000 + zlib.crc32(f"{row.id}/{row.restart_count}".encode()) % 20000
+        for r in sorted(start.replicas, key=lambda x: x.rank):
+            aid = new_assignment_id()
+            s.add(
+                AssignmentModel(
+                    id=aid,
+                    job_id=row.id,
+                    rank=r.rank,
+                    attempt=row.restart_count,
+                    node=r.node,
+                    epoch=self.cp.epoch,
+                    state="dispatched",
+                    created_at=now,
+                    master_port=port if r.rank == 0 else None,
+                )
+            )
+            s.flush()  # the assignment first: its slices refer to it
+            for uuid in r.devices:
+                s.add(
+                    SliceModel(
+                        assignment_id=aid,
+                        job_id=row.id,
+                        device_uuid=uuid,
+                        milli=r.milli_per_device,
+                        memory_mib=r.memory_per_device_mib,
+                        active=True,
+                        accounted_until=now,
+                    )
+                )
+            s.flush()
+
+    # ------------------------------------------------------------------ the thread
+    def run_once(self) -> CycleResult | None:
+        """Failure detection and one cycle if we lead; ``None`` when not leading."""
+        if not self.leadership.try_acquire():
+            return None
+        self.nodes.mark_silent_nodes_down()
+        return self.cycle()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.cp.wakeup.wait(self.cp.settings.tick_s)
+            self.cp.wakeup.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.run_once()
+            except NotLeader as exc:
+                log.warning("%s; stepping down", exc)
+                self.leadership.release()
+            except Unavailable as exc:
+                log.warning("scheduling paused: %s", exc)
+                self._stop.wait(1.0)
+            except Exception:
+                log.exception("scheduling cycle failed; retrying at the next tick")
+                self._stop.wait(1.0)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
+            self._thread.start()
+            self.cp.poke()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.cp.poke()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.leadership.release()

@@ -1,0 +1,239 @@
+"""Nodes and devices: registration, listing, draining, and failure detection.
+
+A node registers with its devices; registering again (agent restart) updates the inventory
+and keeps each known device's pool. A device that disappears from the inventory is marked
+unhealthy (so nothing new is placed on it) rather than deleted, because its slices and usage
+history still point at it. A node silent for longer than ``node_timeout_s`` is marked ``down``:
+its live assignments end as ``NODE_FAIL`` (and requeue where the job's policy allows).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool import __version__
+from gpupool.control import audit
+from gpupool.control.accounting import accrue
+from gpupool.control.auth import Actor, Principal, require
+from gpupool.control.context import ControlPlane
+from gpupool.control.errors import Invalid, NotFound
+from gpupool.control.jobstate import attempt_outcome, finish_job, release_slices
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
+from gpupool.domain.pools import DEFAULT_POOL, validate_name
+from gpupool.domain.users import Permission
+from gpupool.schemas.agent import RegisterRequest, RegisterResponse
+from gpupool.store.mapping import device_from_row, node_from_row
+from gpupool.store.models import (
+    AssignmentModel,
+    DeviceModel,
+    EventModel,
+    JobModel,
+    LeaderModel,
+    NodeModel,
+    PoolModel,
+    SliceModel,
+)
+
+log = logging.getLogger("gpupool.control.nodes")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: Node
+    address: str | None
+    agent_version: str
+    isolation_modes: tuple[str, ...]
+    last_heartbeat: float
+    devices: tuple[Device, ...]
+
+
+def current_epoch(session: Session) -> int:
+    """The scheduling epoch now in force (0 before any leader took over)."""
+    row = session.get(LeaderModel, 1)
+    return row.epoch if row is not None else 0
+
+
+class NodeService:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+
+    def register(self, actor: Actor, req: RegisterRequest) -> RegisterResponse:
+        require(actor.principal, Permission.AGENT)
+        try:
+            validate_name("node", req.node)
+        except InvalidValue as exc:
+            raise Invalid(exc.message) from None
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            pool = req.pool or DEFAULT_POOL
+            if s.get(PoolModel, pool) is None:
+                raise Invalid(f"pool {pool!r} does not exist: create it first or omit 'pool'")
+            node = s.get(NodeModel, req.node)
+            if node is None:
+                node = NodeModel(name=req.node, registered_at=now)
+                s.add(node)
+            node.address = req.address
+            node.cpu_milli = req.cpu_milli
+            node.memory_mib = req.memory_mib
+            node.labels = dict(req.labels)
+            node.agent_version = req.agent_version
+            node.isolation_modes = list(req.isolation_modes)
+            node.last_heartbeat = now
+            if node.state == NodeState.DOWN.value or not node.state:
+                node.state = NodeState.UP.value
+            s.flush()
+            known = {
+                d.uuid: d
+                for d in s.scalars(select(DeviceModel).where(DeviceModel.node == req.node))
+            }
+            seen: set[str] = set()
+            for info in req.devices:
+                seen.add(info.uuid)
+                dev = known.get(info.uuid) or s.get(DeviceModel, info.uuid)
+                if dev is None:
+                    dev = DeviceModel(uuid=info.uuid, pool=pool)
+                    s.add(dev)
+                dev.node = req.node
+                dev.index = info.index
+                dev.model = info.model
+                dev.memory_mib = info.memory_mib
+                cc = info.compute_capability
+                dev.cc_major, dev.cc_minor = (cc[0], cc[1]) if cc else (None, None)
+                dev.nvlink_group = info.nvlink_group
+                dev.mig_parent = info.mig_parent
+                dev.mig_profile = info.mig_profile
+                dev.health = DeviceHealth.HEALTHY.value
+            for uuid, dev in known.items():
+                if uuid not in seen:
+                    dev.health = DeviceHealth.UNHEALTHY.value
+            audit.record(s, actor, "node.register", now, target=req.node)
+            epoch = current_epoch(s)
+        self.cp.poke()
+        return RegisterResponse(
+            node_id=req.node,
+            epoch=epoch,
+            heartbeat_interval_s=self.cp.settings.heartbeat_interval_s,
+            server_version=__version__,
+        )
+
+    def list_nodes(self, principal: Principal) -> list[NodeView]:
+        require(principal, Permission.NODE_READ)
+        with self.cp.tx() as s:
+            devices: dict[str, list[Device]] = {}
+            for d in s.scalars(select(DeviceModel).order_by(DeviceModel.node, DeviceModel.index)):
+                devices.setdefault(d.node, []).append(device_from_row(d))
+            return [
+                NodeView(
+                    node=node_from_row(n),
+                    address=n.address,
+                    agent_version=n.agent_version,
+                    isolation_modes=tuple(n.isolation_modes),
+                    last_heartbeat=n.last_heartbeat,
+                    devices=tuple(devices.get(n.name, ())),
+                )
+                for n in s.scalars(select(NodeModel).order_by(NodeModel.name))
+            ]
+
+    def get(self, principal: Principal, name: str) -> NodeView:
+        for view in self.list_nodes(principal):
+            if view.node.name == name:
+                return view
+        raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+
+    def set_state(self, actor: Actor, name: str, state: NodeState) -> Node:
+        """Drain a node (nothing new placed, running jobs finish) or bring it back up."""
+        require(actor.principal, Permission.NODE_MANAGE)
+        if state not in (NodeState.UP, NodeState.DRAINING):
+            raise Invalid("a node can be set to 'up' or 'draining'; 'down' is detected")
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            row = s.get(NodeModel, name)
+            if row is None:
+                raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+            row.state = state.value
+            audit.record(s, actor, f"node.{state.value}", now, target=name)
+            node = node_from_row(row)
+        self.cp.poke()
+        return node
+
+    def mark_silent_nodes_down(self) -> list[str]:
+        """Mark nodes past their heartbeat timeout down and fail their live assignments."""
+        now = self.cp.now()
+        deadline = now - self.cp.settings.node_timeout_s
+        downed: list[str] = []
+        with self.cp.tx() as s:
+            silent = list(
+                s.scalars(
+                    select(NodeModel).where(
+                        NodeModel.last_heartbeat < deadline,
+                        NodeModel.state != NodeState.DOWN.value,
+                    )
+                )
+            )
+            for node in silent:
+                node.state = NodeState.DOWN.value
+                downed.append(node.name)
+                message = (
+                    f"node {node.name} missed heartbeats for {now - node.last_heartbeat:.0f}s: "
+                    "marked down, its jobs are failed over"
+                )
+                log.warning(message)
+                s.add(EventModel(time=now, kind="node.down", subject=node.name, message=message))
+                live = list(
+                    s.scalars(
+                        select(AssignmentModel).where(
+                            AssignmentModel.node == node.name, AssignmentModel.state != "finished"
+                        )
+                    )
+                )
+                slices = list(
+                    s.scalars(
+                        select(SliceModel).where(
+                            SliceModel.assignment_id.in_([a.id for a in live]),
+                            SliceModel.active.is_(True),
+                        )
+                    )
+                )
+                accrue(s, slices, now)
+                for a in live:
+                    a.state = "finished"
+                    a.ended_at = now
+                    a.stop_reason = "node"
+                release_slices(s, [a.id for a in live])
+                for job_id in sorted({a.job_id for a in live}):
+                    job = s.get(JobModel, job_id)
+                    if job is None:
+                        continue
+                    others = list(
+                        s.scalars(
+                            select(AssignmentModel).where(
+                                AssignmentModel.job_id == job_id,
+                                AssignmentModel.attempt == job.restart_count,
+                                AssignmentModel.state != "finished",
+                            )
+                        )
+                    )
+                    for other in others:  # gang replicas elsewhere: stop them too
+                        other.stop_reason = other.stop_reason or "gang"
+                        other.stop_signal = job.spec.get("checkpoint_signal", "SIGTERM")
+                        other.stop_grace_s = float(job.spec.get("grace_period_s", 30.0))
+                    if not others:
+                        attempt = list(
+                            s.scalars(
+                                select(AssignmentModel).where(
+                                    AssignmentModel.job_id == job_id,
+                                    AssignmentModel.attempt == job.restart_count,
+                                )
+                            )
+                        )
+                        outcome, code, sig = attempt_outcome(attempt)
+                        finish_job(s, job, outcome, now, reason=f"node {node.name} went down")
+                        del code, sig
+        if downed:
+            self.cp.poke()
+        return downed

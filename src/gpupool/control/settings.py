@@ -1,0 +1,53 @@
+"""Server settings, with their units. Built once at start (CLI options, environment).
+
+- ``home``: the gpupool home folder (SQLite file, admin token, leader lock).
+- ``database_url``: SQLAlchemy URL; ``None`` means SQLite under ``home``.
+- ``heartbeat_interval_s``: how often agents heartbeat; ``node_timeout_s``: silence after which a
+  node is marked down and its jobs are failed over.
+- ``tick_s``: the scheduling loop's periodic wake-up (it also wakes on events).
+- ``temperature_alert_c``: a device at or above this temperature raises an alert.
+- ``schedule``: whether this server runs the scheduling loop (it still needs the leader lease).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpupool.store.db import resolve_home, resolve_url
+
+
+def _server_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    home: Path
+    database_url: str
+    host: str = "127.0.0.1"
+    port: int = 8470
+    heartbeat_interval_s: float = 5.0
+    node_timeout_s: float = 30.0
+    tick_s: float = 2.0
+    temperature_alert_c: float = 85.0
+    schedule: bool = True
+    migrate: bool = False
+    server_id: str = field(default_factory=_server_id)
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.home / "admin-token"
+
+    @classmethod
+    def build(
+        cls,
+        home: str | os.PathLike[str] | None = None,
+        database_url: str | None = None,
+        **options: object,
+    ) -> ServerSettings:
+        """Settings from explicit values, then the environment, then the defaults."""
+        resolved = resolve_home(home)
+        return cls(home=resolved, database_url=resolve_url(resolved, database_url), **options)  # type: ignore[arg-type]

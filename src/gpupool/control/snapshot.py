@@ -1,0 +1,146 @@
+"""Building the scheduler's :class:`~gpupool.scheduling.snapshot.ClusterSnapshot` from the store.
+
+Read in one transaction, so the picture is consistent. Words:
+
+- **decayed usage** of a tenant: its allocated milli-GPU·seconds, each hour bucket weighted by
+  ``2^(-age / half_life)`` (``USAGE_HALF_LIFE_S``, a week), as Slurm's fair-share does.
+- **budget used**: whole-GPU hours the tenant used in the pool within its quota's budget window.
+
+Devices on nodes that are down are given health ``unknown``, so nothing is placed on them.
+A replica whose assignment has a stop order is *stopping* (``preempted_for`` is set).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import replace
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.nodes import DeviceHealth, NodeState
+from gpupool.domain.states import JobState
+from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
+from gpupool.store.mapping import (
+    device_from_row,
+    job_from_row,
+    node_from_row,
+    pool_from_row,
+    priority_class_from_row,
+    quota_from_row,
+    tenant_from_row,
+)
+from gpupool.store.models import (
+    AssignmentModel,
+    DeviceModel,
+    JobModel,
+    NodeModel,
+    PoolModel,
+    PriorityClassModel,
+    QuotaModel,
+    SliceModel,
+    TenantModel,
+    UsageModel,
+)
+
+USAGE_HALF_LIFE_S = 7 * 86400.0
+
+
+def _usage(
+    s: Session, now: float, quotas: list[QuotaModel]
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    horizon = now - 4 * USAGE_HALF_LIFE_S
+    windows = {(q.tenant, q.pool): q.budget_window_s for q in quotas if q.gpu_hour_budget}
+    longest = max(windows.values(), default=0.0)
+    since = min(horizon, now - longest)
+    usage: dict[str, float] = defaultdict(float)
+    budget: dict[tuple[str, str], float] = defaultdict(float)
+    rows = s.execute(
+        select(
+            UsageModel.tenant, UsageModel.pool, UsageModel.bucket_start, UsageModel.milli_seconds
+        ).where(UsageModel.bucket_start >= since)
+    )
+    for tenant, pool, bucket, milli_s in rows:
+        age = max(0.0, now - bucket)
+        usage[tenant] += milli_s * math.pow(2.0, -age / USAGE_HALF_LIFE_S)
+        window = windows.get((tenant, pool))
+        if window is not None and bucket >= now - window:
+            budget[(tenant, pool)] += milli_s / MILLI_PER_GPU / 3600.0
+    return dict(usage), dict(budget)
+
+
+def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, int]]:
+    """The snapshot, and the version of every pending job read (for the commit's check)."""
+    nodes = list(s.scalars(select(NodeModel).order_by(NodeModel.name)))
+    down = {n.name for n in nodes if n.state == NodeState.DOWN.value}
+    devices = []
+    for row in s.scalars(select(DeviceModel).order_by(DeviceModel.node, DeviceModel.index)):
+        dev = device_from_row(row)
+        if row.node in down and dev.health is DeviceHealth.HEALTHY:
+            dev = replace(dev, health=DeviceHealth.UNKNOWN)
+        devices.append(dev)
+    pending_rows = list(s.scalars(select(JobModel).where(JobModel.state == JobState.PENDING.value)))
+    live = list(s.scalars(select(AssignmentModel).where(AssignmentModel.state != "finished")))
+    slices: dict[str, list[SliceModel]] = defaultdict(list)
+    for sl in s.scalars(
+        select(SliceModel).where(SliceModel.active.is_(True)).order_by(SliceModel.id)
+    ):
+        slices[sl.assignment_id].append(sl)
+    job_ids = {a.job_id for a in live}
+    jobs = (
+        {j.id: j for j in s.scalars(select(JobModel).where(JobModel.id.in_(job_ids)))}
+        if job_ids
+        else {}
+    )
+    running: list[RunningReplica] = []
+    for a in live:
+        held = slices.get(a.id)
+        job = jobs.get(a.job_id)
+        if not held or job is None:
+            continue
+        spec = job.spec
+        start = a.started_at or a.created_at
+        expected = spec.get("expected_duration_s") or spec.get("time_limit_s")
+        running.append(
+            RunningReplica(
+                job_id=a.job_id,
+                replica=a.rank,
+                node=a.node,
+                devices=tuple(sl.device_uuid for sl in held),
+                milli_per_device=held[0].milli,
+                memory_per_device_mib=held[0].memory_mib,
+                tenant=job.tenant,
+                pool=job.pool,
+                priority=job.priority,
+                preemptible=bool(spec.get("preemptible", False)),
+                start_time=start,
+                expected_end=start + float(expected) if expected else None,
+                last_checkpoint_time=job.last_checkpoint_time,
+                cpu_milli=int(spec["resources"]["cpu_milli"]),
+                host_memory_mib=int(spec["resources"]["host_memory_mib"]),
+                grace_period_s=float(spec.get("grace_period_s", 30.0)),
+                preempted_for=a.stop_reason if a.stop_reason is not None else None,
+            )
+        )
+    quotas = list(s.scalars(select(QuotaModel)))
+    usage, budget = _usage(s, now, quotas)
+    snapshot = ClusterSnapshot(
+        now=now,
+        nodes=tuple(node_from_row(n) for n in nodes),
+        devices=tuple(devices),
+        running=tuple(running),
+        pending=tuple(job_from_row(j) for j in pending_rows),
+        pools=tuple(
+            pool_from_row(p) for p in s.scalars(select(PoolModel).order_by(PoolModel.name))
+        ),
+        tenants=tuple(tenant_from_row(t) for t in s.scalars(select(TenantModel))),
+        quotas=tuple(quota_from_row(q) for q in quotas),
+        priority_classes=tuple(
+            priority_class_from_row(p) for p in s.scalars(select(PriorityClassModel))
+        ),
+        usage=usage,
+        budget_used=budget,
+    )
+    return snapshot, {j.id: j.version for j in pending_rows}

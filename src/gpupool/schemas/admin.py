@@ -1,0 +1,123 @@
+"""Wire models for pools, tenants, quotas, priority classes, users and tokens.
+
+Compute amounts are milli-GPU integers (``guaranteed_milli: 2000`` is two GPUs), memory in MiB;
+prices are per whole GPU per hour in the pool's currency.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gpupool.schemas.base import WireModel
+
+
+class PoolView(WireModel):
+    name: str
+    placement: str = "default"
+    memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    default_price_per_gpu_hour: float = Field(default=0.0, ge=0.0)
+
+
+class PutPoolRequest(WireModel):
+    placement: str = "default"
+    memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    default_price_per_gpu_hour: float = Field(default=0.0, ge=0.0)
+
+
+class QuotaView(WireModel):
+    tenant: str
+    pool: str
+    guaranteed_milli: int = Field(default=0, ge=0)
+    limit_milli: int | None = Field(default=None, ge=0)
+    guaranteed_memory_mib: int = Field(default=0, ge=0)
+    limit_memory_mib: int | None = Field(default=None, ge=0)
+    gpu_hour_budget: float | None = Field(default=None, ge=0)
+    budget_window_s: float = Field(default=30 * 86400.0, gt=0)
+
+
+class PutQuotaRequest(WireModel):
+    guaranteed_milli: int = Field(default=0, ge=0)
+    limit_milli: int | None = Field(default=None, ge=0)
+    guaranteed_memory_mib: int = Field(default=0, ge=0)
+    limit_memory_mib: int | None = Field(default=None, ge=0)
+    gpu_hour_budget: float | None = Field(default=None, ge=0)
+    budget_window_s: float = Field(default=30 * 86400.0, gt=0)
+
+
+class TenantView(WireModel):
+    name: str
+    fair_share: float
+    display_name: str
+    quotas: list[QuotaView] = Field(default_factory=list)
+
+
+class PutTenantRequest(WireModel):
+    fair_share: float = Field(default=1.0, gt=0)
+    display_name: str = Field(default="", max_length=200)
+
+
+class PriorityClassView(WireModel):
+    name: str
+    value: int = Field(ge=0, le=1_000_000)
+
+
+class PutPriorityClassRequest(WireModel):
+    value: int = Field(ge=0, le=1_000_000)
+
+
+class UserView(WireModel):
+    name: str
+    role: str
+    tenant: str | None
+
+
+class CreateUserRequest(WireModel):
+    name: str
+    role: str = Field(description="admin, operator, tenant-admin, member, viewer or agent")
+    tenant: str | None = None
+
+
+class CreateTokenRequest(WireModel):
+    user: str | None = Field(default=None, description="default: yourself")
+    name: str = Field(default="", max_length=200)
+    ttl_s: float | None = Field(default=None, gt=0, description="lifetime; None = no expiry")
+
+
+class TokenView(WireModel):
+    id: str
+    user: str
+    name: str
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+
+class IssuedTokenView(WireModel):
+    """A new token. ``secret`` is shown this once: store it now."""
+
+    id: str
+    user: str
+    name: str
+    secret: str
+    expires_at: float | None
+
+
+class WhoAmI(WireModel):
+    user: str
+    role: str
+    tenant: str | None
+    permissions: list[str]
+
+
+class AuditView(WireModel):
+    time: float
+    actor: str
+    role: str
+    action: str
+    method: str
+    path: str
+    status: int
+    remote: str | None
+    target: str | None

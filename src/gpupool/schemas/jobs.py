@@ -1,0 +1,89 @@
+"""Job wire models: submit, views, events, priority factors.
+
+A submit carries the job in the same form as a job file (``spec``: the mapping a YAML job file
+parses to, e.g. ``{"name": "train", "command": ["python", "train.py"], "resources":
+{"gpus": "0.5"}}``), so the CLI, the SDK and the API validate it with one set of rules.
+Amounts in views are integers: ``gpu_milli`` per replica, ``gpu_memory_mib`` per device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from gpupool.schemas.base import WireModel
+
+
+class SubmitJobRequest(WireModel):
+    spec: dict[str, Any] = Field(description="the job, as in a job file")
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=200,
+        description="retry-safe submits: the same key returns the same job (also a header)",
+    )
+
+
+class FactorView(WireModel):
+    name: str
+    weight: float
+    value: float
+    contribution: float
+    meaning: str
+
+
+class JobView(WireModel):
+    id: str
+    name: str
+    tenant: str
+    user: str
+    pool: str
+    state: str
+    state_code: str
+    priority_class: str
+    priority: int
+    version: int
+    replicas: int
+    gpu_milli: int
+    gpu_memory_mib: int | None
+    gpu_types: list[str]
+    command: list[str]
+    script: str | None
+    preemptible: bool
+    held: bool
+    submit_time: float
+    eligible_time: float
+    start_time: float | None
+    end_time: float | None
+    restart_count: int
+    exit_code: int | None
+    signal: str | None
+    reason: str | None
+    isolation: str | None
+    time_limit_s: float | None
+    pending_reason: str | None = None
+    estimated_start: float | None = None
+    nodes: list[str] = Field(default_factory=list)
+    priority_factors: list[FactorView] | None = None
+
+
+class SubmitJobResponse(WireModel):
+    job: JobView
+    created: bool = Field(description="False when an earlier submit with this key made it")
+
+
+class JobList(WireModel):
+    jobs: list[JobView]
+    next_cursor: str | None = None
+
+
+class JobEventView(WireModel):
+    time: float
+    source: str
+    target: str
+    version: int
+    reason: str | None
+
+
+class CancelJobRequest(WireModel):
+    reason: str | None = Field(default=None, max_length=500)

@@ -1,0 +1,230 @@
+"""Named conversions between table rows and domain objects.
+
+A :class:`~gpupool.domain.jobs.JobSpec` is stored as a JSON object whose keys are the spec's
+field names, with enums as their values and the resource request nested; ``spec_to_json`` and
+``spec_from_json`` are exact inverses (a property test checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
+from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
+from gpupool.domain.pools import Pool
+from gpupool.domain.resources import ResourceRequest
+from gpupool.domain.states import JobState
+from gpupool.domain.tenants import PriorityClass, Quota, Tenant
+from gpupool.domain.transitions import JobEvent
+from gpupool.domain.users import Role, User
+from gpupool.store.models import (
+    DeviceModel,
+    JobEventModel,
+    JobModel,
+    NodeModel,
+    PoolModel,
+    PriorityClassModel,
+    QuotaModel,
+    TenantModel,
+    UserModel,
+)
+
+
+def spec_to_json(spec: JobSpec) -> dict[str, Any]:
+    res = spec.resources
+    return {
+        "name": spec.name,
+        "command": list(spec.command),
+        "script": spec.script,
+        "env": dict(spec.env),
+        "workdir": spec.workdir,
+        "tenant": spec.tenant,
+        "pool": spec.pool,
+        "priority_class": spec.priority_class,
+        "resources": {
+            "gpu_milli": res.gpu_milli,
+            "gpu_memory_mib": res.gpu_memory_mib,
+            "gpu_types": list(res.gpu_types),
+            "cpu_milli": res.cpu_milli,
+            "host_memory_mib": res.host_memory_mib,
+        },
+        "replicas": spec.replicas,
+        "preemptible": spec.preemptible,
+        "requeue": spec.requeue.value,
+        "max_restarts": spec.max_restarts,
+        "time_limit_s": spec.time_limit_s,
+        "expected_duration_s": spec.expected_duration_s,
+        "checkpoint_signal": spec.checkpoint_signal,
+        "grace_period_s": spec.grace_period_s,
+        "isolation": spec.isolation.value,
+    }
+
+
+def spec_from_json(data: dict[str, Any]) -> JobSpec:
+    res = data["resources"]
+    return JobSpec(
+        name=data["name"],
+        command=tuple(data["command"]),
+        script=data["script"],
+        env=dict(data["env"]),
+        workdir=data["workdir"],
+        tenant=data["tenant"],
+        pool=data["pool"],
+        priority_class=data["priority_class"],
+        resources=ResourceRequest(
+            gpu_milli=res["gpu_milli"],
+            gpu_memory_mib=res["gpu_memory_mib"],
+            gpu_types=tuple(res["gpu_types"]),
+            cpu_milli=res["cpu_milli"],
+            host_memory_mib=res["host_memory_mib"],
+        ),
+        replicas=data["replicas"],
+        preemptible=data["preemptible"],
+        requeue=RequeuePolicy(data["requeue"]),
+        max_restarts=data["max_restarts"],
+        time_limit_s=data["time_limit_s"],
+        expected_duration_s=data["expected_duration_s"],
+        checkpoint_signal=data["checkpoint_signal"],
+        grace_period_s=data["grace_period_s"],
+        isolation=IsolationMode(data["isolation"]),
+    )
+
+
+def job_from_row(row: JobModel) -> Job:
+    return Job(
+        id=row.id,
+        spec=spec_from_json(row.spec),
+        tenant=row.tenant,
+        user=row.user,
+        priority=row.priority,
+        state=JobState(row.state),
+        version=row.version,
+        submit_time=row.submit_time,
+        eligible_time=row.eligible_time,
+        start_time=row.start_time,
+        end_time=row.end_time,
+        last_checkpoint_time=row.last_checkpoint_time,
+        restart_count=row.restart_count,
+        held=row.held,
+        exit_code=row.exit_code,
+        signal=row.signal,
+        reason=row.reason,
+        isolation=IsolationMode(row.isolation) if row.isolation else None,
+    )
+
+
+def job_to_row(job: Job, *, idempotency_key: str | None = None) -> JobModel:
+    row = JobModel(id=job.id, idempotency_key=idempotency_key)
+    apply_job(row, job)
+    return row
+
+
+def apply_job(row: JobModel, job: Job) -> None:
+    """Copy every mutable field of ``job`` onto ``row`` (the caller checked the version)."""
+    row.name = job.spec.name
+    row.spec = spec_to_json(job.spec)
+    row.tenant = job.tenant
+    row.user = job.user
+    row.pool = job.spec.pool
+    row.priority = job.priority
+    row.state = job.state.value
+    row.version = job.version
+    row.submit_time = job.submit_time
+    row.eligible_time = job.eligible_time
+    row.start_time = job.start_time
+    row.end_time = job.end_time
+    row.last_checkpoint_time = job.last_checkpoint_time
+    row.restart_count = job.restart_count
+    row.held = job.held
+    row.exit_code = job.exit_code
+    row.signal = job.signal
+    row.reason = job.reason
+    row.isolation = job.isolation.value if job.isolation else None
+
+
+def event_to_row(event: JobEvent) -> JobEventModel:
+    return JobEventModel(
+        job_id=event.job_id,
+        time=event.time,
+        source=event.source.value,
+        target=event.target.value,
+        version=event.version,
+        reason=event.reason,
+    )
+
+
+def event_from_row(row: JobEventModel) -> JobEvent:
+    return JobEvent(
+        job_id=row.job_id,
+        time=row.time,
+        source=JobState(row.source),
+        target=JobState(row.target),
+        version=row.version,
+        reason=row.reason,
+    )
+
+
+def node_from_row(row: NodeModel) -> Node:
+    return Node(
+        name=row.name,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        state=NodeState(row.state),
+        labels=tuple(sorted(row.labels.items())),
+    )
+
+
+def device_from_row(row: DeviceModel) -> Device:
+    cc = (
+        (row.cc_major, row.cc_minor)
+        if row.cc_major is not None and row.cc_minor is not None
+        else None
+    )
+    return Device(
+        uuid=row.uuid,
+        node=row.node,
+        index=row.index,
+        model=row.model,
+        memory_mib=row.memory_mib,
+        pool=row.pool,
+        compute_capability=cc,
+        nvlink_group=row.nvlink_group,
+        mig_parent=row.mig_parent,
+        mig_profile=row.mig_profile,
+        health=DeviceHealth(row.health),
+    )
+
+
+def pool_from_row(row: PoolModel) -> Pool:
+    return Pool(
+        name=row.name,
+        placement=row.placement,
+        memory_overcommit=row.memory_overcommit,
+        price_per_gpu_hour=tuple(sorted(row.prices.items())),
+        default_price_per_gpu_hour=row.default_price,
+    )
+
+
+def tenant_from_row(row: TenantModel) -> Tenant:
+    return Tenant(name=row.name, fair_share=row.fair_share, display_name=row.display_name)
+
+
+def quota_from_row(row: QuotaModel) -> Quota:
+    return Quota(
+        tenant=row.tenant,
+        pool=row.pool,
+        guaranteed_milli=row.guaranteed_milli,
+        limit_milli=row.limit_milli,
+        guaranteed_memory_mib=row.guaranteed_memory_mib,
+        limit_memory_mib=row.limit_memory_mib,
+        gpu_hour_budget=row.gpu_hour_budget,
+        budget_window_s=row.budget_window_s,
+    )
+
+
+def priority_class_from_row(row: PriorityClassModel) -> PriorityClass:
+    return PriorityClass(name=row.name, value=row.value)
+
+
+def user_from_row(row: UserModel) -> User:
+    return User(name=row.name, role=Role(row.role), tenant=row.tenant)
