@@ -11,8 +11,9 @@ this cycle already started for it. A job that would bring use to
   guarantee waits with ``QuotaExceeded``;
 - above ``limit`` waits with ``QuotaExceeded``.
 
-GPU memory counts only when the quota mentions it (``guaranteed_memory_mib > 0`` or a memory
-limit). A tenant with no quota in a pool is unmanaged there: always in-quota, never limited.
+GPU memory counts against the guarantee only when the quota guarantees some
+(``guaranteed_memory_mib > 0``), and against the limit only when it sets one. A tenant with no
+quota in a pool is unmanaged there: always in-quota, never limited.
 With a GPU-hour budget, a tenant whose ``budget_used`` in the pool reached the budget waits with
 ``BudgetExhausted`` until the window moves on.
 
@@ -86,7 +87,8 @@ class AdmissionStage(Protocol):
 
 
 def _memory_governed(quota: Quota) -> bool:
-    return quota.guaranteed_memory_mib > 0 or quota.limit_memory_mib is not None
+    """Does the guarantee say anything about GPU memory?"""
+    return quota.guaranteed_memory_mib > 0
 
 
 class QuotaLedger:
