@@ -1,0 +1,138 @@
+"""Finding the server and the token: flags, environment, the user's config file, a local pool.
+
+Each of the two values (server URL, token) is looked up in this order, first found wins:
+
+1. what the caller passed (``--server`` / ``--token``, ``Client(server=..., token=...)``);
+2. ``$GPUPOOL_SERVER`` / ``$GPUPOOL_TOKEN``;
+3. the **user config file** written by ``gpupool login``:
+   ``$XDG_CONFIG_HOME/gpupool/config.toml`` (default ``~/.config/gpupool/config.toml``), mode
+   0600, with two keys ``server = "..."`` and ``token = "..."``;
+4. a **standalone pool** on this machine: the server URL in ``$GPUPOOL_HOME/server-url`` when that
+   file exists, else ``http://127.0.0.1:8470`` (``gpupool up``'s default), and the admin token in
+   ``$GPUPOOL_HOME/admin-token`` (written by the server at first start). So right after
+   ``make run`` every command works with no set-up.
+
+:class:`Resolved` remembers where each value came from (``source``), for ``gpupool precheck``
+and error hints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.client.errors import ConfigError
+
+DEFAULT_SERVER = "http://127.0.0.1:8470"
+DEFAULT_HOME = Path("~/.local/share/gpupool")
+_LINE_RE = re.compile(r'^\s*(?P<key>[A-Za-z_]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*$')
+
+
+def gpupool_home(env: Mapping[str, str] | None = None) -> Path:
+    """``$GPUPOOL_HOME``, by default ``~/.local/share/gpupool`` (same rule as the server)."""
+    env = os.environ if env is None else env
+    raw = env.get("GPUPOOL_HOME")
+    return Path(raw).expanduser() if raw else DEFAULT_HOME.expanduser()
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """The user config file: ``$XDG_CONFIG_HOME/gpupool/config.toml`` (``~/.config`` default)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or "~/.config"
+    return Path(base).expanduser() / "gpupool" / "config.toml"
+
+
+def read_config(path: Path) -> dict[str, str]:
+    """The ``key = "value"`` lines of the config file; ``{}`` when it does not exist."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror}; fix it or run gpupool login"
+        ) from None
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _LINE_RE.match(line)
+        if match is None:
+            raise ConfigError(
+                f'{path}:{number}: expected key = "value"; fix the line or run gpupool login again'
+            )
+        out[match.group("key")] = match.group("value").replace('\\"', '"').replace("\\\\", "\\")
+    return out
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_config(path: Path, server: str, token: str) -> None:
+    """Write the config file readable by its owner only (created 0600, replaced atomically)."""
+    if any(c in value for value in (server, token) for c in "\n\r"):
+        raise ConfigError("the server URL and token must be one line each")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if tmp.exists():
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("# written by gpupool login\n")
+        handle.write(f"server = {_quote(server)}\ntoken = {_quote(token)}\n")
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A server URL and token with where each came from (``flag``, ``env``, ``config``, ...)."""
+
+    server: str
+    token: str | None
+    server_source: str
+    token_source: str | None
+
+
+def _read_first_line(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text.splitlines()[0].strip() if text else None
+
+
+def resolve(
+    server: str | None = None,
+    token: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Resolved:
+    """Find the server and token (see the module docstring for the order)."""
+    env = os.environ if env is None else env
+    cfg_file = config_path(env)
+    cfg = read_config(cfg_file)
+    home = gpupool_home(env)
+    candidates_server = (
+        (server, "flag"),
+        (env.get("GPUPOOL_SERVER"), "env GPUPOOL_SERVER"),
+        (cfg.get("server"), f"config {cfg_file}"),
+        (_read_first_line(home / "server-url"), f"standalone {home / 'server-url'}"),
+        (DEFAULT_SERVER, "default"),
+    )
+    url, url_source = next((v, s) for v, s in candidates_server if v)
+    candidates_token = (
+        (token, "flag"),
+        (env.get("GPUPOOL_TOKEN"), "env GPUPOOL_TOKEN"),
+        (cfg.get("token"), f"config {cfg_file}"),
+        (_read_first_line(home / "admin-token"), f"standalone {home / 'admin-token'}"),
+    )
+    found = next(((v, s) for v, s in candidates_token if v), (None, None))
+    if not re.match(r"^https?://", url):
+        raise ConfigError(
+            f"server {url!r} ({url_source}) is not a URL: use http://host:port, e.g. "
+            f"{DEFAULT_SERVER}"
+        )
+    return Resolved(url.rstrip("/"), found[0], url_source, found[1])

@@ -1,0 +1,467 @@
+"""``gpupool.Client``: the typed HTTP SDK over the ``/v1`` API.
+
+One :class:`Client` holds one ``httpx.Client`` (connection reuse) with the bearer token. Every
+method returns the API's pydantic wire models from :mod:`gpupool.schemas` (never dicts) and
+raises :class:`~gpupool.client.errors.ApiError` with the server's problem+json ``detail``, or
+:class:`~gpupool.client.errors.ServerUnreachable`, never an httpx exception.
+
+Submitting takes a job in job-file form (the mapping a YAML job file parses to) and/or keyword
+options (``gpus=0.5, gpu_memory="10GiB"``; see :data:`OPTION_PATHS`); both are validated here
+with :func:`gpupool.domain.jobspec.build_spec`, the very rules the server applies, so a bad size
+fails before any network call.
+
+Example::
+
+    from gpupool import Client
+    with Client() as gp:                      # server and token found as in gpupool.client.config
+        job = gp.submit(name="train", command=["python", "train.py"], gpus=0.5, gpu_memory="10GiB")
+        done = gp.wait(job.id)
+        print(done.state, "".join(gp.logs(job.id)))
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from gpupool import __version__
+from gpupool.client.config import Resolved, gpupool_home, resolve
+from gpupool.client.errors import ApiError, ConfigError, ServerUnreachable, WaitTimeout
+from gpupool.client.local import find_replicas
+from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
+from gpupool.control.clock import Clock, SystemClock
+from gpupool.domain.jobspec import build_spec, nest_options
+from gpupool.domain.states import JobState
+from gpupool.schemas.admin import (
+    IssuedTokenView,
+    PoolView,
+    PriorityClassView,
+    QuotaView,
+    TenantView,
+    TokenView,
+    UserView,
+    WhoAmI,
+)
+from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobResponse
+from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Keyword options of :meth:`Client.submit` and the job-file key each one sets.
+OPTION_PATHS: dict[str, str] = {
+    "name": "name",
+    "command": "command",
+    "script": "script",
+    "env": "env",
+    "workdir": "workdir",
+    "tenant": "tenant",
+    "pool": "pool",
+    "priority": "priority",
+    "gpus": "resources.gpus",
+    "gpu_memory": "resources.gpu_memory",
+    "gpu_types": "resources.gpu_types",
+    "cpus": "resources.cpus",
+    "memory": "resources.memory",
+    "replicas": "replicas",
+    "preemptible": "preemptible",
+    "requeue": "requeue",
+    "max_restarts": "max_restarts",
+    "time_limit": "time_limit",
+    "expected_duration": "expected_duration",
+    "checkpoint_signal": "checkpoint.signal",
+    "grace": "checkpoint.grace",
+    "isolation": "isolation",
+}
+
+
+def merge_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` laid over it, nested mappings merged key by key."""
+    out: dict[str, Any] = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_spec(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def options_to_spec(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword options (``gpus=0.5``) to a nested job-file mapping; ``None`` values dropped."""
+    unknown = sorted(set(options) - set(OPTION_PATHS))
+    if unknown:
+        raise ConfigError(
+            f"unknown submit option(s) {', '.join(unknown)}: use {', '.join(OPTION_PATHS)}"
+        )
+    return nest_options({OPTION_PATHS[k]: v for k, v in options.items()})
+
+
+def _problem(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    detail = body.get("detail") or response.text.strip()[:300] or response.reason_phrase
+    return ApiError(response.status_code, str(body.get("title") or "error"), str(detail))
+
+
+class Client:
+    """A connection to one gpupool server (see the module docstring).
+
+    ``server`` / ``token`` default to the discovery chain of :mod:`gpupool.client.config`.
+    ``home`` is where a local pool keeps its files (``$GPUPOOL_HOME``), used to read logs of jobs
+    run by this machine's agent. ``transport`` is for tests (``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        timeout_s: float = 15.0,
+        clock: Clock | None = None,
+        home: Path | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.resolved: Resolved = resolve(server, token)
+        self.server = self.resolved.server
+        self.clock: Clock = clock or SystemClock()
+        self.home = home or gpupool_home()
+        headers = {"User-Agent": f"gpupool-client/{__version__}"}
+        if self.resolved.token:
+            headers["Authorization"] = f"Bearer {self.resolved.token}"
+        self._http = httpx.Client(
+            base_url=self.server, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """Send one request; raise :class:`ApiError` for an error answer."""
+        if not self.resolved.token and path.startswith("/v1/") and path != "/v1/version":
+            raise ConfigError(
+                f"no API token for {self.server}: pass --token, set GPUPOOL_TOKEN, or run "
+                "gpupool login"
+            )
+        try:
+            query: list[tuple[str, Any]] | None = None
+            if params is not None:
+                query = list(params.items()) if isinstance(params, Mapping) else list(params)
+            response = self._http.request(method, path, json=json, params=query, headers=headers)
+        except httpx.TimeoutException:
+            raise ServerUnreachable(
+                f"{self.server} did not answer in time: check the server is up, or retry"
+            ) from None
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(
+                f"cannot reach {self.server} ({type(exc).__name__}): start it with gpupool up, "
+                "or pass --server / set GPUPOOL_SERVER"
+            ) from None
+        if response.status_code >= 400:
+            raise _problem(response)
+        return response
+
+    def _get(self, model: type[M], path: str, **params: Any) -> M:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return model.model_validate(self.request("GET", path, params=clean).json())
+
+    def _get_list(self, model: type[M], path: str, **params: Any) -> builtins.list[M]:
+        clean = {k: v for k, v in params.items() if v is not None}
+        data = self.request("GET", path, params=clean).json()
+        return TypeAdapter(builtins.list[model]).validate_python(data)  # type: ignore[valid-type]
+
+    # ------------------------------------------------------------------ identity
+
+    def whoami(self) -> WhoAmI:
+        return self._get(WhoAmI, "/v1/whoami")
+
+    def version(self) -> str:
+        return str(self.request("GET", "/v1/version").json().get("version", "?"))
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(
+        self,
+        spec: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> JobView:
+        """Submit a job (job-file mapping and/or keyword options); returns the new job.
+
+        Raises :class:`~gpupool.domain.errors.SpecError` listing every problem before sending.
+        """
+        body = merge_spec(spec or {}, options_to_spec(options))
+        build_spec(body)
+        payload: dict[str, Any] = {"spec": body}
+        if idempotency_key is not None:
+            payload["idempotency_key"] = idempotency_key
+        response = self.request("POST", "/v1/jobs", json=payload)
+        return SubmitJobResponse.model_validate(response.json()).job
+
+    def get(self, job_id: str) -> JobView:
+        """One job with its pending reason, estimated start and priority factors."""
+        return self._get(JobView, f"/v1/jobs/{job_id}")
+
+    def list(
+        self,
+        *,
+        state: Sequence[str] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        pool: str | None = None,
+        name: str | None = None,
+        limit: int = 1000,
+    ) -> builtins.list[JobView]:
+        """Jobs newest first, following pages until ``limit`` jobs."""
+        out: builtins.list[JobView] = []
+        cursor: str | None = None
+        while len(out) < limit:
+            params: builtins.list[tuple[str, Any]] = [("limit", min(1000, limit - len(out)))]
+            params += [("state", s) for s in state or ()]
+            for key, value in (("tenant", tenant), ("user", user), ("pool", pool), ("name", name)):
+                if value is not None:
+                    params.append((key, value))
+            if cursor is not None:
+                params.append(("cursor", cursor))
+            page = JobList.model_validate(self.request("GET", "/v1/jobs", params=params).json())
+            out.extend(page.jobs)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
+
+    def cancel(self, job_id: str, reason: str | None = None) -> JobView:
+        response = self.request("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
+        return JobView.model_validate(response.json())
+
+    def hold(self, job_id: str) -> JobView:
+        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/hold").json())
+
+    def release(self, job_id: str) -> JobView:
+        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/release").json())
+
+    def events(self, job_id: str) -> builtins.list[JobEventView]:
+        return self._get_list(JobEventView, f"/v1/jobs/{job_id}/events")
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+        until: frozenset[JobState] | None = None,
+    ) -> JobView:
+        """Poll until the job reaches a state in ``until`` (default: it ended); return it.
+
+        A requeued job has not ended: waiting goes on through PREEMPTED -> REQUEUED -> PENDING.
+        Raises :class:`WaitTimeout` after ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else self.clock.monotonic() + timeout_s
+        while True:
+            job = self.get(job_id)
+            state = JobState(job.state)
+            if until is not None and state in until:
+                return job
+            if until is None and job_has_ended(job):
+                return job
+            if deadline is not None and self.clock.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"job {job_id} is still {job.state} after {timeout_s:g}s: "
+                    f"check gpupool show {job_id}"
+                )
+            self.clock.sleep(poll_s)
+
+    def logs(
+        self, job_id: str, *, stream: str = "stdout", follow: bool = False, poll_s: float = 0.5
+    ) -> Iterator[str]:
+        """The job's output, line by line (with ``follow``, until the job ends).
+
+        The server has no log endpoint yet: logs are read from this machine's agent folders
+        (``$GPUPOOL_HOME/agent``), so this works for a standalone pool and on the job's node.
+        The latest attempt is shown; a gang's lines are prefixed with the replica rank.
+        """
+        if stream not in ("stdout", "stderr"):
+            raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
+        job = self.get(job_id)  # also checks the caller may see the job
+        offsets: dict[Path, int] = {}
+        while True:
+            replicas = find_replicas(self.home, job_id)
+            if replicas:
+                latest = max(r.restart_count for r in replicas)
+                for r in (x for x in replicas if x.restart_count == latest):
+                    path = r.stdout if stream == "stdout" else r.stderr
+                    prefix = f"[{r.rank}] " if job.replicas > 1 else ""
+                    for line in _read_new(path, offsets, final=not follow):
+                        yield prefix + line
+            elif not follow and JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
+                where = ", ".join(job.nodes) or "its node"
+                raise ApiError(
+                    404,
+                    "no logs here",
+                    f"no logs of job {job_id} on this machine: they are kept by the agent on "
+                    f"{where} under $GPUPOOL_HOME/agent (the server does not serve logs yet)",
+                )
+            if not follow or job_has_ended(job):
+                return
+            self.clock.sleep(poll_s)
+            job = self.get(job_id)
+            if job_has_ended(job):
+                # one last read after the end, so the tail is not lost
+                follow = False
+
+    # ------------------------------------------------------------------ nodes and devices
+
+    def nodes(self) -> builtins.list[NodeView]:
+        return self._get_list(NodeView, "/v1/nodes")
+
+    def node(self, name: str) -> NodeView:
+        return self._get(NodeView, f"/v1/nodes/{name}")
+
+    def devices(self) -> builtins.list[DeviceView]:
+        return self._get_list(DeviceView, "/v1/devices")
+
+    def set_node_state(self, name: str, state: str) -> NodeView:
+        response = self.request("POST", f"/v1/nodes/{name}/state", json={"state": state})
+        return NodeView.model_validate(response.json())
+
+    def move_device(self, uuid: str, pool: str) -> None:
+        self.request("POST", f"/v1/devices/{uuid}/pool", json={"pool": pool})
+
+    def telemetry(self) -> ClusterTelemetry:
+        """Latest device samples, allocations, queue and mem_share_ratio (from ``/metrics``)."""
+        return parse_metrics(self.request("GET", "/metrics").text)
+
+    def cluster_events(self, limit: int = 100) -> builtins.list[ClusterEventView]:
+        return self._get_list(ClusterEventView, "/v1/events", limit=limit)
+
+    # ------------------------------------------------------------------ reports
+
+    def usage(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        group_by: Sequence[str] = ("tenant",),
+        tenant: str | None = None,
+    ) -> UsageReport:
+        """Usage and cost lines grouped by ``tenant``, ``user``, ``pool`` and/or ``gpu_model``."""
+        params: builtins.list[tuple[str, Any]] = [("group_by", g) for g in group_by]
+        for key, value in (("start", start), ("end", end), ("tenant", tenant)):
+            if value is not None:
+                params.append((key, value))
+        return UsageReport.model_validate(self.request("GET", "/v1/usage", params=params).json())
+
+    # ------------------------------------------------------------------ admin
+
+    def pools(self) -> builtins.list[PoolView]:
+        return self._get_list(PoolView, "/v1/pools")
+
+    def put_pool(self, name: str, **fields: Any) -> PoolView:
+        response = self.request("PUT", f"/v1/pools/{name}", json=fields)
+        return PoolView.model_validate(response.json())
+
+    def delete_pool(self, name: str) -> None:
+        self.request("DELETE", f"/v1/pools/{name}")
+
+    def tenants(self) -> builtins.list[TenantView]:
+        return self._get_list(TenantView, "/v1/tenants")
+
+    def tenant(self, name: str) -> TenantView:
+        return self._get(TenantView, f"/v1/tenants/{name}")
+
+    def put_tenant(self, name: str, **fields: Any) -> TenantView:
+        response = self.request("PUT", f"/v1/tenants/{name}", json=fields)
+        return TenantView.model_validate(response.json())
+
+    def delete_tenant(self, name: str) -> None:
+        self.request("DELETE", f"/v1/tenants/{name}")
+
+    def set_quota(self, tenant: str, pool: str, **fields: Any) -> QuotaView:
+        response = self.request("PUT", f"/v1/tenants/{tenant}/quotas/{pool}", json=fields)
+        return QuotaView.model_validate(response.json())
+
+    def delete_quota(self, tenant: str, pool: str) -> None:
+        self.request("DELETE", f"/v1/tenants/{tenant}/quotas/{pool}")
+
+    def priority_classes(self) -> builtins.list[PriorityClassView]:
+        return self._get_list(PriorityClassView, "/v1/priority-classes")
+
+    def put_priority_class(self, name: str, value: int) -> PriorityClassView:
+        response = self.request("PUT", f"/v1/priority-classes/{name}", json={"value": value})
+        return PriorityClassView.model_validate(response.json())
+
+    def users(self) -> builtins.list[UserView]:
+        return self._get_list(UserView, "/v1/users")
+
+    def create_user(self, name: str, role: str, tenant: str | None = None) -> UserView:
+        response = self.request(
+            "POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant}
+        )
+        return UserView.model_validate(response.json())
+
+    def delete_user(self, name: str) -> None:
+        self.request("DELETE", f"/v1/users/{name}")
+
+    def tokens(self, user: str | None = None) -> builtins.list[TokenView]:
+        return self._get_list(TokenView, "/v1/tokens", user=user)
+
+    def create_token(
+        self, user: str | None = None, name: str = "", ttl_s: float | None = None
+    ) -> IssuedTokenView:
+        """A new token; its ``secret`` is in this answer only."""
+        response = self.request(
+            "POST", "/v1/tokens", json={"user": user, "name": name, "ttl_s": ttl_s}
+        )
+        return IssuedTokenView.model_validate(response.json())
+
+    def revoke_token(self, token_id: str) -> None:
+        self.request("DELETE", f"/v1/tokens/{token_id}")
+
+
+def job_has_ended(job: JobView) -> bool:
+    """True when the job is terminal and will not come back to the queue by itself.
+
+    PREEMPTED / NODE_FAIL / BOOT_FAIL / FAILED with a requeue pending move on to REQUEUED
+    shortly; the server records that move, so a terminal state here is final unless a later
+    poll shows REQUEUED.
+    """
+    return JobState(job.state).is_terminal
+
+
+def _read_new(path: Path, offsets: dict[Path, int], *, final: bool) -> Iterator[str]:
+    """Complete lines appended to ``path`` since the last call; with ``final``, a partial one."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offsets.get(path, 0))
+            data = f.read()
+    except OSError:
+        return
+    end = len(data) if final else data.rfind(b"\n") + 1
+    if end <= 0:
+        return
+    offsets[path] = offsets.get(path, 0) + end
+    yield from data[:end].decode("utf-8", "replace").splitlines(keepends=True)
