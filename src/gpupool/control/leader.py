@@ -70,7 +70,7 @@ class Leadership:
             conn.close()
             raise
         if not got:
-            conn.close()
+            conn.close()  # no lock taken: the connection may go back to the pool
             return False
         self._conn = conn
         return True
@@ -114,7 +114,12 @@ class Leadership:
     def release(self) -> None:
         self.cp.epoch = 0
         if self._conn is not None:
+            # Session-level advisory locks live as long as the database session: a pooled
+            # connection would keep the lock, so unlock and throw the connection away.
             with contextlib.suppress(Exception):
+                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+            with contextlib.suppress(Exception):
+                self._conn.invalidate()
                 self._conn.close()
             self._conn = None
         if self._file is not None:
