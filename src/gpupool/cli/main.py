@@ -12,6 +12,7 @@ import typer
 
 from gpupool import __version__
 from gpupool.cli.agent import run_agent
+from gpupool.cli.commands import install as install_client_commands
 from gpupool.cli.server import server
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobspec import parse_job_yaml
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 app.command(name="agent")(run_agent)
 app.command(name="server")(server)
+install_client_commands(app)
 
 
 @app.command()

@@ -307,7 +307,7 @@ class Client:
         if stream not in ("stdout", "stderr"):
             raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
         job = self.get(job_id)  # also checks the caller may see the job
-        offsets: dict[Path, int] = {}
+        offsets: dict[str, int] = {}  # assignment id -> bytes read (its folder moves)
         while True:
             replicas = find_replicas(self.home, job_id)
             if replicas:
@@ -315,7 +315,7 @@ class Client:
                 for r in (x for x in replicas if x.restart_count == latest):
                     path = r.stdout if stream == "stdout" else r.stderr
                     prefix = f"[{r.rank}] " if job.replicas > 1 else ""
-                    for line in _read_new(path, offsets, final=not follow):
+                    for line in _read_new(path, r.assignment_id, offsets, final=not follow):
                         yield prefix + line
             elif not follow and JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
                 where = ", ".join(job.nodes) or "its node"
@@ -452,16 +452,16 @@ def job_has_ended(job: JobView) -> bool:
     return JobState(job.state).is_terminal
 
 
-def _read_new(path: Path, offsets: dict[Path, int], *, final: bool) -> Iterator[str]:
+def _read_new(path: Path, key: str, offsets: dict[str, int], *, final: bool) -> Iterator[str]:
     """Complete lines appended to ``path`` since the last call; with ``final``, a partial one."""
     try:
         with open(path, "rb") as f:
-            f.seek(offsets.get(path, 0))
+            f.seek(offsets.get(key, 0))
             data = f.read()
     except OSError:
         return
     end = len(data) if final else data.rfind(b"\n") + 1
     if end <= 0:
         return
-    offsets[path] = offsets.get(path, 0) + end
+    offsets[key] = offsets.get(key, 0) + end
     yield from data[:end].decode("utf-8", "replace").splitlines(keepends=True)

@@ -1,0 +1,18 @@
+"""Wires the client command groups into the ``gpupool`` app (one call from ``main.py``).
+
+Groups: :mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, cancel, history),
+:mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
+tenants, quota, priority-classes, users, tokens), :mod:`~gpupool.cli.top`,
+:mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck` and :mod:`~gpupool.cli.login`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpupool.cli import jobs
+
+
+def install(app: typer.Typer) -> None:
+    """Add every client command to ``app``."""
+    jobs.install(app)

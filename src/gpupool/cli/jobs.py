@@ -1,0 +1,471 @@
+"""Job commands, in Slurm's words: ``submit`` (sbatch), ``run`` (srun), ``queue`` (squeue),
+``show`` (scontrol show job), ``logs``, ``cancel`` (scancel), ``history`` (sacct).
+
+``submit`` turns its options into job-file keys (``-g 0.5`` is ``resources.gpus: 0.5``) and
+validates them with :func:`gpupool.domain.jobspec.build_spec` over
+:func:`~gpupool.domain.jobspec.nest_options`, the rules a job file and the server use, so a
+bad value fails here with the option's name. With ``-f job.yaml`` the file is the base and the
+options given override its keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import ipaddress
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlparse
+
+import typer
+import yaml
+
+from gpupool.cli import render
+from gpupool.cli.session import (
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    emit,
+    fail,
+    handle_errors,
+    print_json,
+    session,
+)
+from gpupool.client.errors import EXIT_FAILED
+from gpupool.client.sdk import Client, merge_spec
+from gpupool.control.clock import SystemClock
+from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
+from gpupool.domain.states import ACTIVE_STATES, JobState
+from gpupool.domain.units import parse_duration
+from gpupool.schemas.jobs import JobView
+
+ACTIVE = [s.value for s in (JobState.PENDING, JobState.REQUEUED, *sorted(ACTIVE_STATES, key=str))]
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"-e {pair!r} is not KEY=VALUE: write it like -e WANDB_MODE=offline")
+        env[key] = value
+    return env
+
+
+def _is_local(server: str) -> bool:
+    host = urlparse(server).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_submission(
+    *,
+    argv: list[str] | None,
+    job_name: str | None,
+    gpus: str | None,
+    gpu_mem: str | None,
+    gpu_type: list[str] | None,
+    cpus: str | None,
+    mem: str | None,
+    pool: str | None,
+    account: str | None,
+    qos: str | None,
+    time_limit: str | None,
+    expected: str | None,
+    preemptible: bool | None,
+    replicas: int | None,
+    requeue: bool | None,
+    max_restarts: int | None,
+    checkpoint_signal: str | None,
+    grace: str | None,
+    env: list[str] | None,
+    wrap: str | None,
+    workdir: Path | None,
+    isolation: str | None,
+    file: Path | None,
+) -> dict[str, Any]:
+    """The job-file mapping for ``submit``'s options (validated; raises SpecError)."""
+    if argv and wrap is not None:
+        raise fail("give either a command after -- or --wrap, not both")
+    base: dict[str, Any] = {}
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise fail(f"cannot read {file}: {exc.strerror}") from None
+        parse_job_yaml(text, source=str(file))  # problems with file and line
+        base = yaml.safe_load(text) or {}
+    flat: dict[str, Any] = {
+        "name": job_name,
+        "resources.gpus": gpus,
+        "resources.gpu_memory": gpu_mem,
+        "resources.gpu_types": "|".join(gpu_type) if gpu_type else None,
+        "resources.cpus": cpus,
+        "resources.memory": mem,
+        "pool": pool,
+        "tenant": account,
+        "priority": qos,
+        "time_limit": time_limit,
+        "expected_duration": expected,
+        "preemptible": preemptible,
+        "replicas": replicas,
+        "requeue": None if requeue is None else ("on-preemption" if requeue else "never"),
+        "max_restarts": max_restarts,
+        "checkpoint.signal": checkpoint_signal,
+        "checkpoint.grace": grace,
+        "isolation": isolation,
+    }
+    if workdir is not None:
+        if not workdir.is_dir():
+            raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
+        flat["workdir"] = str(workdir.resolve())
+    overrides = nest_options(flat)
+    if env:
+        overrides["env"] = _env_pairs(env)
+    if argv:
+        overrides["command"] = list(argv)
+        base.pop("script", None)
+    elif wrap is not None:
+        overrides["script"] = wrap
+        base.pop("command", None)
+    spec = merge_spec(base, overrides)
+    if "name" not in spec:
+        if argv:
+            spec["name"] = Path(argv[0]).name or "job"
+        elif wrap is not None:
+            spec["name"] = "wrap"
+    if "command" not in spec and "script" not in spec:
+        raise fail(
+            "nothing to run: give a command after --, e.g. gpupool submit -g 0.5 -- python "
+            "train.py, or --wrap 'shell line', or -f job.yaml"
+        )
+    build_spec(spec)
+    return spec
+
+
+def _submit_command(  # noqa: PLR0917 - sbatch-like options
+    argv: Annotated[list[str] | None, typer.Argument(help="the command, after --")] = None,
+    job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="job name")] = None,
+    gpus: Annotated[
+        str | None, typer.Option("-g", "--gpus", help="GPU share: 0.5, 50%, 500m, or whole: 2")
+    ] = None,
+    gpu_mem: Annotated[
+        str | None, typer.Option("--gpu-mem", help="GPU memory per device, e.g. 10GiB")
+    ] = None,
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option("--gpu-type", help="allowed GPU model (repeat, or A100|H100)"),
+    ] = None,
+    cpus: Annotated[str | None, typer.Option("-c", "--cpus", help="host CPUs, e.g. 4")] = None,
+    mem: Annotated[str | None, typer.Option("--mem", help="host memory, e.g. 32GiB")] = None,
+    pool: Annotated[str | None, typer.Option("-p", "--pool", help="pool (partition)")] = None,
+    account: Annotated[
+        str | None, typer.Option("-A", "--account", help="tenant to charge (default: yours)")
+    ] = None,
+    qos: Annotated[
+        str | None, typer.Option("-q", "--qos", help="priority class, e.g. low, normal, high")
+    ] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("-t", "--time", help="time limit: 90 (minutes), 1:30:00, 2-12")
+    ] = None,
+    expected: Annotated[
+        str | None, typer.Option("--expected", help="expected run time, for start estimates")
+    ] = None,
+    preemptible: Annotated[
+        bool | None, typer.Option("--preemptible/--no-preemptible", help="may be preempted")
+    ] = None,
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", help="replicas of a gang (all start or none)")
+    ] = None,
+    requeue: Annotated[
+        bool | None,
+        typer.Option("--requeue/--no-requeue", help="back to the queue after preemption"),
+    ] = None,
+    max_restarts: Annotated[int | None, typer.Option("--max-restarts", help="requeue cap")] = None,
+    checkpoint_signal: Annotated[
+        str | None, typer.Option("--checkpoint-signal", help="signal sent before a stop")
+    ] = None,
+    grace: Annotated[
+        str | None, typer.Option("--grace", help="time between that signal and the kill")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("-e", "--env", help="KEY=VALUE for the job (repeat)")
+    ] = None,
+    wrap: Annotated[str | None, typer.Option("--wrap", help="run this shell line")] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="folder the job runs in (see below)")
+    ] = None,
+    isolation: Annotated[
+        str | None, typer.Option("--isolation", help="auto, exclusive, mps, soft or mig")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("-f", "--file", help="job file; options override its keys")
+    ] = None,
+    parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The option list of ``submit`` and ``run`` (see :func:`_variant`)."""
+    _submit(dict(locals()), follow=False)
+
+
+def _submit(params: dict[str, Any], *, follow: bool) -> None:
+    server, token = params["server"], params["token"]
+    json_out, parsable = params["json_out"], params["parsable"]
+    keys = inspect.signature(build_submission).parameters
+    with handle_errors(cli_options=True):
+        spec = build_submission(**{k: params[k] for k in keys})
+    with session(server, token) as gp:
+        if params.get("workdir") is not None and not _is_local(gp.server):
+            typer.echo(
+                f"warning: {spec['workdir']} must exist on the job's node ({gp.server} is not "
+                "this machine and the server has no upload endpoint yet)",
+                err=True,
+            )
+        job = gp.submit(spec)
+        if parsable:
+            typer.echo(job.id)
+        elif json_out and not follow:
+            print_json(job)
+        else:
+            typer.echo(f"Submitted job {job.id} ({job.name}) to pool {job.pool}", err=follow)
+        if follow:
+            raise typer.Exit(_follow(gp, job))
+
+
+def _follow(gp: Client, job: JobView) -> int:
+    """Stream the job's output until it ends; the exit code to leave with."""
+    done = gp.wait(job.id, until=frozenset(JobState) - {JobState.PENDING, JobState.REQUEUED})
+    if not JobState(done.state).is_terminal or done.state == "COMPLETED" or done.start_time:
+        for line in gp.logs(job.id, follow=True):
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    final = gp.wait(job.id)
+    if final.state == "COMPLETED":
+        return 0
+    typer.echo(
+        f"job {final.id} ended {final.state}"
+        + (f" ({final.reason})" if final.reason else "")
+        + f": see gpupool show {final.id}",
+        err=True,
+    )
+    return final.exit_code if final.exit_code not in (None, 0) else EXIT_FAILED
+
+
+SUBMIT_HELP = """Submit a job to the pool (like sbatch).
+
+    Examples:
+
+      gpupool submit -J train -g 0.5 --gpu-mem 10GiB -- python train.py --epochs 10
+
+      gpupool submit -g 2 --gpu-type A100 -q high -t 4:00:00 --wrap "python a.py | tee log"
+
+      gpupool submit -f examples/train.yaml -p research --parsable
+
+    --workdir: the job runs in that folder on its node. There is no upload endpoint yet, so the
+    folder must exist on the node (always true for a standalone pool; use a shared file
+    system for a cluster).
+    """
+
+RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit code (like srun).
+
+    Takes the same options as submit.
+
+    Examples:
+
+      gpupool run -g 0.25 -- python -c "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+
+      gpupool run --wrap "nvidia-smi; python eval.py" -t 30
+    """
+
+
+def _variant(name: str, doc: str, follow: bool) -> Callable[..., None]:
+    """``submit`` and ``run``: one option list, two behaviours."""
+
+    @functools.wraps(_submit_command)
+    def command(**params: Any) -> None:
+        _submit(params, follow=follow)
+
+    command.__name__ = name
+    command.__doc__ = doc
+    return command
+
+
+submit = _variant("submit", SUBMIT_HELP, follow=False)
+run = _variant("run", RUN_HELP, follow=True)
+
+
+def queue(  # noqa: PLR0917 - typer options
+    user: Annotated[str | None, typer.Option("-u", "--user", help="only this user's jobs")] = None,
+    account: Annotated[str | None, typer.Option("-A", "--account", help="only this tenant")] = None,
+    pool: Annotated[str | None, typer.Option("-p", "--pool", help="only this pool")] = None,
+    states: Annotated[
+        list[str] | None, typer.Option("-t", "--states", help="states (names or codes, repeat)")
+    ] = None,
+    me: Annotated[bool, typer.Option("--me", help="only my jobs")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List queued and running jobs (like squeue), with GPU slice, REASON and START estimate.
+
+    Examples:
+
+      gpupool queue
+
+      gpupool queue --me -t PD
+
+      gpupool queue -p research --json
+    """
+    with session(server, token) as gp:
+        if me:
+            user = gp.whoami().user
+        wanted = states or ACTIVE
+        jobs = gp.list(state=wanted, user=user, tenant=account, pool=pool)
+        jobs = _with_details(gp, jobs)
+        jobs.sort(key=_queue_order)
+        if json_out:
+            print_json(jobs)
+            return
+        emit(render.queue_table(jobs, SystemClock().now()))
+
+
+def _queue_order(j: JobView) -> tuple[int, float, str]:
+    return (0 if j.state != "PENDING" else 1, j.submit_time, j.id)
+
+
+def _with_details(gp: Client, jobs: list[JobView], cap: int = 200) -> list[JobView]:
+    """Pending jobs with their reason and start estimate (the list view leaves them out)."""
+    out = []
+    for i, j in enumerate(jobs):
+        if i < cap and (j.state == "PENDING" or not j.nodes) and not JobState(j.state).is_terminal:
+            out.append(gp.get(j.id))
+        else:
+            out.append(j)
+    return out
+
+
+def show(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show one job: fields, why it waits, its priority factor table and its events.
+
+    Examples:
+
+      gpupool show 3f2a9c1d0b7e
+
+      gpupool show 3f2a9c1d0b7e --json
+    """
+    with session(server, token) as gp:
+        job = gp.get(job_id)
+        events = gp.events(job_id)
+        if json_out:
+            print_json({"job": job, "events": events})
+            return
+        emit(render.job_detail(job, events, SystemClock().now()))
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="keep printing until it ends")
+    ] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="show stderr instead of stdout")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's output (its latest attempt; gang lines are prefixed with the rank).
+
+    Examples:
+
+      gpupool logs 3f2a9c1d0b7e
+
+      gpupool logs -f 3f2a9c1d0b7e
+
+    Logs are read from the agent folders of this machine ($GPUPOOL_HOME/agent): the server
+    does not serve logs yet.
+    """
+    with session(server, token) as gp:
+        for line in gp.logs(job_id, stream="stderr" if stderr else "stdout", follow=follow):
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="job ids")],
+    reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel jobs (like scancel). A running job gets its checkpoint signal and grace first.
+
+    Examples:
+
+      gpupool cancel 3f2a9c1d0b7e
+
+      gpupool cancel 3f2a9c1d0b7e 9a8b7c6d5e4f --reason "wrong data set"
+    """
+    with session(server, token) as gp:
+        done = []
+        for job_id in job_ids:
+            job = gp.cancel(job_id, reason)
+            done.append(job)
+            if not json_out:
+                typer.echo(f"job {job.id} ({job.name}): {job.state}")
+        if json_out:
+            print_json(done)
+
+
+def history(  # noqa: PLR0917 - typer options
+    since: Annotated[
+        str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
+    ] = "1d",
+    user: Annotated[str | None, typer.Option("-u", "--user", help="only this user")] = None,
+    account: Annotated[str | None, typer.Option("-A", "--account", help="only this tenant")] = None,
+    pool: Annotated[str | None, typer.Option("-p", "--pool", help="only this pool")] = None,
+    states: Annotated[
+        list[str] | None, typer.Option("-s", "--state", help="only these states (repeat)")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="at most this many jobs")] = 1000,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List jobs submitted in a time window, with state, exit code and elapsed time (like sacct).
+
+    Examples:
+
+      gpupool history
+
+      gpupool history -S 7d -A vision -s FAILED -s TIMEOUT
+    """
+    with handle_errors():
+        window = parse_duration(since, field="--since")
+    with session(server, token) as gp:
+        now = SystemClock().now()
+        jobs = gp.list(state=states, user=user, tenant=account, pool=pool, limit=limit)
+        jobs = [j for j in jobs if j.submit_time >= now - window]
+        jobs.sort(key=lambda j: (j.submit_time, j.id))
+        if json_out:
+            print_json(jobs)
+            return
+        emit(render.history_table(jobs, now))
+
+
+def install(app: typer.Typer) -> None:
+    for command in (submit, run, queue, show, logs, cancel, history):
+        app.command(
+            name=command.__name__,
+            context_settings={"allow_interspersed_args": command not in (submit, run)},
+        )(command)

@@ -1,0 +1,440 @@
+"""Tables for people, built with rich from the API's wire models.
+
+Every function here is pure: views (and ``now``, epoch seconds) in, a rich renderable out, so
+the layouts are pinned by golden files (``tests/cli/golden/``). Missing values show as ``-``.
+Times are local time, ``YYYY-MM-DDTHH:MM:SS`` as ``sacct`` prints them; durations as Slurm's
+``[D-]HH:MM:SS``; GPU shares as ``0.5`` (of one device) and memory as ``10GiB``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpupool.client.telemetry import DeviceSample
+from gpupool.domain.units import format_cpus, format_duration, format_gpus, format_memory
+from gpupool.schemas.admin import (
+    PoolView,
+    PriorityClassView,
+    TenantView,
+    TokenView,
+    UserView,
+)
+from gpupool.schemas.jobs import JobEventView, JobView
+from gpupool.schemas.nodes import DeviceView, NodeView, UsageReport
+
+DASH = "-"
+
+
+def table(*columns: str, title: str | None = None, right: Iterable[str] = ()) -> Table:
+    """A borderless table like squeue's: bold header, columns separated by two spaces."""
+    t = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        title=title,
+        title_justify="left",
+        header_style="bold",
+    )
+    right_set = set(right)
+    for name in columns:
+        t.add_column(name, justify="right" if name in right_set else "left", no_wrap=True)
+    return t
+
+
+def when(t: float | None) -> str:
+    if t is None:
+        return DASH
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def ago(t: float | None, now: float) -> str:
+    if t is None:
+        return DASH
+    delta = now - t
+    if delta < 0:
+        return "in " + format_duration(-delta)
+    return format_duration(delta) + " ago"
+
+
+def pct(ratio: float | None) -> str:
+    return DASH if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def mem(mib: int | None) -> str:
+    return DASH if mib is None else format_memory(mib)
+
+
+def gpu_slice(job: JobView) -> str:
+    """GPU share per replica (``2x`` for gangs), then memory and types: ``0.5 10GiB A100``."""
+    parts = [format_gpus(job.gpu_milli)]
+    if job.replicas > 1:
+        parts[0] = f"{job.replicas}x{parts[0]}"
+    if job.gpu_memory_mib is not None:
+        parts.append(format_memory(job.gpu_memory_mib))
+    if job.gpu_types:
+        parts.append("|".join(job.gpu_types))
+    return " ".join(parts)
+
+
+def elapsed(job: JobView, now: float) -> str:
+    if job.start_time is None:
+        return format_duration(0)
+    end = job.end_time if job.end_time is not None else now
+    return format_duration(max(0.0, end - job.start_time))
+
+
+def reason(job: JobView) -> str:
+    if job.held:
+        return "JobHeld"
+    if job.state == "PENDING":
+        return job.pending_reason or "Priority"
+    if job.nodes:
+        return ",".join(job.nodes)
+    return job.reason or DASH
+
+
+def queue_table(jobs: Sequence[JobView], now: float) -> Table:
+    """``gpupool queue``: squeue's columns plus the GPU slice, REASON and START estimate."""
+    t = table(
+        "JOBID",
+        "NAME",
+        "USER",
+        "TENANT",
+        "POOL",
+        "ST",
+        "TIME",
+        "GPU SLICE",
+        "PRIO",
+        "START",
+        "NODELIST(REASON)",
+        right=("TIME", "PRIO"),
+    )
+    for j in jobs:
+        if j.state == "PENDING":
+            start = when(j.estimated_start) if j.estimated_start is not None else "N/A"
+            where = f"({reason(j)})"
+        else:
+            start = when(j.start_time)
+            where = ",".join(j.nodes) if j.nodes else (f"({j.reason})" if j.reason else DASH)
+        t.add_row(
+            j.id,
+            j.name[:24],
+            j.user,
+            j.tenant,
+            j.pool,
+            j.state_code,
+            elapsed(j, now),
+            gpu_slice(j),
+            f"{j.priority_class}",
+            start,
+            where,
+        )
+    return t
+
+
+def exit_code(job: JobView) -> str:
+    """sacct's ``ExitCode``: ``code:signal``."""
+    code = DASH if job.exit_code is None else str(job.exit_code)
+    sig = job.signal or "0"
+    return DASH if job.exit_code is None and job.signal is None else f"{code}:{sig}"
+
+
+def history_table(jobs: Sequence[JobView], now: float) -> Table:
+    """``gpupool history``: like ``sacct``."""
+    t = table(
+        "JOBID",
+        "NAME",
+        "USER",
+        "TENANT",
+        "POOL",
+        "STATE",
+        "EXITCODE",
+        "SUBMIT",
+        "START",
+        "END",
+        "ELAPSED",
+        "GPU SLICE",
+        "RESTARTS",
+        right=("ELAPSED", "RESTARTS"),
+    )
+    for j in jobs:
+        t.add_row(
+            j.id,
+            j.name[:24],
+            j.user,
+            j.tenant,
+            j.pool,
+            j.state,
+            exit_code(j),
+            when(j.submit_time),
+            when(j.start_time),
+            when(j.end_time),
+            elapsed(j, now),
+            gpu_slice(j),
+            str(j.restart_count),
+        )
+    return t
+
+
+def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> RenderableType:
+    """``gpupool show``: the job's fields, why it waits, its priority factors and events."""
+    kv = Table(box=None, show_header=False, pad_edge=False)
+    kv.add_column(style="bold", no_wrap=True)
+    kv.add_column()
+    command = " ".join(job.command) if job.command else f"sh -c {job.script!r}"
+    limit = format_duration(job.time_limit_s) if job.time_limit_s is not None else "pool default"
+    rows: list[tuple[str, str]] = [
+        ("JobId", job.id),
+        ("Name", job.name),
+        ("State", f"{job.state} ({job.state_code})" + (" held" if job.held else "")),
+        ("User / Tenant", f"{job.user} / {job.tenant}"),
+        ("Pool", job.pool),
+        ("Priority", f"{job.priority_class} ({job.priority})"),
+        ("GPU slice", gpu_slice(job) + (f" x {job.replicas} replicas" if job.replicas > 1 else "")),
+        ("Preemptible", "yes" if job.preemptible else "no"),
+        ("Isolation", job.isolation or DASH),
+        ("Command", command),
+        ("Time limit", limit),
+        ("Submitted", f"{when(job.submit_time)} ({ago(job.submit_time, now)})"),
+        ("Started", when(job.start_time)),
+        ("Ended", when(job.end_time)),
+        ("Elapsed", elapsed(job, now)),
+        ("Restarts", str(job.restart_count)),
+        ("Exit code", exit_code(job)),
+        ("Nodes", ",".join(job.nodes) or DASH),
+    ]
+    if job.state == "PENDING":
+        rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
+        est = job.estimated_start
+        rows.append(("Est. start", f"{when(est)} ({ago(est, now)})" if est else "unknown"))
+    if job.reason:
+        rows.append(("Last reason", job.reason))
+    for key, value in rows:
+        kv.add_row(key, value)
+    parts: list[RenderableType] = [kv]
+    if job.priority_factors:
+        f = table(
+            "FACTOR",
+            "WEIGHT",
+            "VALUE",
+            "CONTRIBUTION",
+            "MEANING",
+            title="Priority factors",
+            right=("WEIGHT", "VALUE", "CONTRIBUTION"),
+        )
+        total = 0.0
+        for factor in job.priority_factors:
+            total += factor.contribution
+            f.add_row(
+                factor.name,
+                f"{factor.weight:.2f}",
+                f"{factor.value:.3f}",
+                f"{factor.contribution:.3f}",
+                factor.meaning,
+            )
+        f.add_row(Text("total", style="bold"), "", "", f"{total:.3f}", "")
+        parts += [Text(""), f]
+    if events:
+        e = table("TIME", "FROM", "TO", "VERSION", "REASON", title="Events", right=("VERSION",))
+        for ev in events:
+            e.add_row(when(ev.time), ev.source, ev.target, str(ev.version), ev.reason or DASH)
+        parts += [Text(""), e]
+    return Group(*parts)
+
+
+def nodes_table(nodes: Sequence[NodeView], now: float) -> Table:
+    t = table(
+        "NODE",
+        "STATE",
+        "GPUS",
+        "MODELS",
+        "CPUS",
+        "MEMORY",
+        "ISOLATION",
+        "HEARTBEAT",
+        right=("GPUS",),
+    )
+    for n in nodes:
+        models = sorted({d.model for d in n.devices})
+        t.add_row(
+            n.name,
+            n.state,
+            str(len(n.devices)),
+            ", ".join(models) or DASH,
+            format_cpus(n.cpu_milli),
+            format_memory(n.memory_mib),
+            ",".join(n.isolation_modes),
+            ago(n.last_heartbeat, now),
+        )
+    return t
+
+
+def gpus_table(devices: Sequence[DeviceView], samples: dict[str, DeviceSample]) -> Table:
+    """``gpupool gpus``: inventory joined with the latest telemetry and allocations."""
+    t = table(
+        "NODE",
+        "IDX",
+        "MODEL",
+        "POOL",
+        "HEALTH",
+        "ALLOC",
+        "ALLOC MEM",
+        "MEMORY",
+        "UTIL",
+        "MEM USED",
+        "TEMP",
+        "POWER",
+        "UUID",
+        right=("IDX", "ALLOC", "ALLOC MEM", "MEMORY", "UTIL", "MEM USED", "TEMP", "POWER"),
+    )
+    for d in sorted(devices, key=lambda x: (x.node, x.index)):
+        s = samples.get(d.uuid)
+        t.add_row(
+            d.node,
+            str(d.index),
+            d.model,
+            d.pool,
+            d.health,
+            format_gpus(s.allocated_milli) if s else DASH,
+            format_memory(s.allocated_memory_mib) if s else DASH,
+            format_memory(d.memory_mib),
+            pct(s.utilization_ratio) if s else DASH,
+            mem(s.memory_used_mib) if s else DASH,
+            f"{s.temperature_c:.0f}C" if s and s.temperature_c is not None else DASH,
+            f"{s.power_w:.0f}W" if s and s.power_w is not None else DASH,
+            d.uuid,
+        )
+    return t
+
+
+def usage_table(report: UsageReport, currency: str = "") -> Table:
+    """``gpupool report``: allocated vs used vs idle GPU time and cost per group."""
+    cols = [g.upper().replace("_", " ") for g in report.group_by]
+    t = table(
+        *cols,
+        "JOBS",
+        "GPU-HOURS",
+        "USED GPU-H",
+        "IDLE GPU-H",
+        "UTIL",
+        "IDLE",
+        "GPU MEM GiB-H",
+        "COST",
+        title=f"Usage {when(report.start)} .. {when(report.end)}",
+        right=(
+            "JOBS",
+            "GPU-HOURS",
+            "USED GPU-H",
+            "IDLE GPU-H",
+            "UTIL",
+            "IDLE",
+            "GPU MEM GiB-H",
+            "COST",
+        ),
+    )
+    total = [0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    for line in report.lines:
+        used_h = line.busy_milli_seconds / 1000 / 3600
+        idle_h = max(0.0, line.gpu_hours - used_h)
+        mem_h = line.mib_seconds / 1024 / 3600
+        t.add_row(
+            *(line.key.get(g, DASH) for g in report.group_by),
+            str(line.jobs),
+            f"{line.gpu_hours:.3f}",
+            f"{used_h:.3f}",
+            f"{idle_h:.3f}",
+            pct(line.utilization_ratio),
+            pct(line.idle_ratio),
+            f"{mem_h:.2f}",
+            f"{currency}{line.cost:.2f}",
+        )
+        for i, v in enumerate((line.jobs, line.gpu_hours, used_h, idle_h, mem_h, line.cost)):
+            total[i] += v
+    if len(report.lines) > 1:
+        util = total[2] / total[1] if total[1] else None
+        t.add_row(
+            Text("total", style="bold"),
+            *([""] * (len(cols) - 1)),
+            str(int(total[0])),
+            f"{total[1]:.3f}",
+            f"{total[2]:.3f}",
+            f"{total[3]:.3f}",
+            pct(util),
+            pct(1 - util if util is not None else None),
+            f"{total[4]:.2f}",
+            f"{currency}{total[5]:.2f}",
+        )
+    return t
+
+
+def pools_table(pools: Sequence[PoolView]) -> Table:
+    t = table("POOL", "PLACEMENT", "MEM OVERCOMMIT", "PRICE/GPU-H", "PRICES BY MODEL")
+    for p in pools:
+        prices = ", ".join(f"{k}={v:g}" for k, v in sorted(p.price_per_gpu_hour.items()))
+        t.add_row(
+            p.name,
+            p.placement,
+            f"{p.memory_overcommit:g}",
+            f"{p.default_price_per_gpu_hour:g}",
+            prices or DASH,
+        )
+    return t
+
+
+def _limit(milli: int | None) -> str:
+    return "none" if milli is None else format_gpus(milli)
+
+
+def tenants_table(tenants: Sequence[TenantView]) -> Table:
+    t = table("TENANT", "DISPLAY NAME", "FAIR SHARE", "POOL", "GUARANTEED", "LIMIT", "MEM LIMIT")
+    for ten in tenants:
+        if not ten.quotas:
+            t.add_row(
+                ten.name, ten.display_name or DASH, f"{ten.fair_share:g}", DASH, DASH, DASH, DASH
+            )
+        for i, q in enumerate(ten.quotas):
+            t.add_row(
+                ten.name if i == 0 else "",
+                (ten.display_name or DASH) if i == 0 else "",
+                f"{ten.fair_share:g}" if i == 0 else "",
+                q.pool,
+                format_gpus(q.guaranteed_milli),
+                _limit(q.limit_milli),
+                "none" if q.limit_memory_mib is None else format_memory(q.limit_memory_mib),
+            )
+    return t
+
+
+def priority_classes_table(classes: Sequence[PriorityClassView]) -> Table:
+    t = table("CLASS", "VALUE", right=("VALUE",))
+    for pc in sorted(classes, key=lambda c: c.value):
+        t.add_row(pc.name, str(pc.value))
+    return t
+
+
+def users_table(users: Sequence[UserView]) -> Table:
+    t = table("USER", "ROLE", "TENANT")
+    for u in users:
+        t.add_row(u.name, u.role, u.tenant or DASH)
+    return t
+
+
+def tokens_table(tokens: Sequence[TokenView], now: float) -> Table:
+    t = table("ID", "USER", "NAME", "CREATED", "EXPIRES", "STATUS")
+    for tok in tokens:
+        if tok.revoked_at is not None:
+            status = "revoked"
+        elif tok.expires_at is not None and tok.expires_at <= now:
+            status = "expired"
+        else:
+            status = "active"
+        t.add_row(
+            tok.id, tok.user, tok.name or DASH, when(tok.created_at), when(tok.expires_at), status
+        )
+    return t

@@ -1,0 +1,150 @@
+"""What every client command shares: the server options, the SDK client, errors and output.
+
+Exit codes (also in ``gpupool --help`` of each command):
+
+==  =====================================================================
+0   success
+1   the job (``run``) or a check (``precheck``) failed
+2   invalid input: a bad size, an unknown option value, a job file problem
+3   not found: no such job, node, tenant (another team's job is not found)
+4   not allowed: missing or bad token, or the role may not do this
+5   the server cannot be reached
+6   conflict (e.g. the name exists, the job already ended)
+7   the server failed (5xx)
+8   timed out waiting
+==  =====================================================================
+
+Errors are one line on stderr, ``error: <what is wrong>: <what to do>``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console, RenderableType
+
+from gpupool.client.errors import EXIT_INVALID, ClientError
+from gpupool.client.sdk import Client
+from gpupool.domain.errors import GpupoolError, SpecError
+
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="server URL (default: $GPUPOOL_SERVER, gpupool login's file, then a local pool)",
+        show_default=False,
+    ),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", help="API token (default: $GPUPOOL_TOKEN, then as for --server)"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
+
+#: Job-file keys and the ``submit`` option that sets each, for error messages.
+OPTION_NAMES: dict[str, str] = {
+    "name": "-J/--job-name",
+    "command": "the command after --",
+    "script": "--wrap",
+    "resources.gpus": "-g/--gpus",
+    "resources.gpu_memory": "--gpu-mem",
+    "resources.gpu_types": "--gpu-type",
+    "resources.cpus": "-c/--cpus",
+    "resources.memory": "--mem",
+    "pool": "-p/--pool",
+    "tenant": "-A/--account",
+    "priority": "-q/--qos",
+    "time_limit": "-t/--time",
+    "expected_duration": "--expected",
+    "replicas": "--replicas",
+    "checkpoint.signal": "--checkpoint-signal",
+    "checkpoint.grace": "--grace",
+    "isolation": "--isolation",
+    "max_restarts": "--max-restarts",
+    "workdir": "--workdir",
+}
+
+
+def console() -> Console:
+    """The console for tables: plain text, never squeezed, when not a terminal (pipes, tests)."""
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=False, width=None if tty else 400)
+
+
+def render_text(renderable: RenderableType, width: int = 400) -> str:
+    """``renderable`` as plain text, trailing spaces removed (pipes, golden files)."""
+    con = Console(width=width, highlight=False, soft_wrap=False, color_system=None)
+    with con.capture() as cap:
+        con.print(renderable)
+    return "\n".join(line.rstrip() for line in cap.get().splitlines()) + "\n"
+
+
+def emit(renderable: RenderableType) -> None:
+    """Print a table: with colour in a terminal, as plain text otherwise."""
+    if sys.stdout.isatty():
+        console().print(renderable)
+    else:
+        sys.stdout.write(render_text(renderable))
+
+
+def fail(message: str, code: int = EXIT_INVALID) -> typer.Exit:
+    """Print ``error: message`` and return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _spec_problems(exc: SpecError, cli: bool) -> Iterator[str]:
+    for p in exc.problems:
+        if cli and p.source is None:
+            name = f"-e {p.key[4:]}" if p.key.startswith("env.") else OPTION_NAMES.get(p.key, p.key)
+            yield f"{name}: {p.message}"
+        else:
+            yield str(p)
+
+
+@contextmanager
+def handle_errors(cli_options: bool = False) -> Iterator[None]:
+    """Turn gpupool errors into one line on stderr and the right exit code."""
+    try:
+        yield
+    except SpecError as exc:
+        for line in _spec_problems(exc, cli_options):
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    except ClientError as exc:
+        raise fail(str(exc), int(exc.exit_code)) from None
+    except GpupoolError as exc:
+        raise fail(str(exc), EXIT_INVALID) from None
+
+
+@contextmanager
+def session(
+    server: str | None, token: str | None, *, cli_options: bool = False
+) -> Iterator[Client]:
+    """An SDK client for one command, with errors handled as above."""
+    with handle_errors(cli_options):
+        client = Client(server, token)
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def to_jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    return value
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, sort_keys=True) + "\n")
