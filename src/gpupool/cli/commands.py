@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import jobs
+from gpupool.cli import admin, infra, jobs
 
 
 def install(app: typer.Typer) -> None:
     """Add every client command to ``app``."""
     jobs.install(app)
+    infra.install(app)
+    admin.install(app)

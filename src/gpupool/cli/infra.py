@@ -1,0 +1,110 @@
+"""Infrastructure commands: ``nodes``, ``gpus`` (inventory with live telemetry), ``drain`` and
+``resume`` (like ``scontrol update nodename=X state=drain``).
+
+A **draining** node keeps its running jobs but takes no new ones; ``resume`` puts it back up.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpupool.cli import render
+from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, emit, print_json, session
+from gpupool.control.clock import SystemClock
+
+
+def nodes(server: ServerOpt = None, token: TokenOpt = None, json_out: JsonOpt = False) -> None:
+    """List the pool's nodes: state, GPUs, isolation modes, last heartbeat.
+
+    Examples:
+
+      gpupool nodes
+
+      gpupool nodes --json
+    """
+    with session(server, token) as gp:
+        found = gp.nodes()
+        if json_out:
+            print_json(found)
+            return
+        emit(render.nodes_table(found, SystemClock().now()))
+
+
+def gpus(
+    node: Annotated[str | None, typer.Option("--node", help="only this node's GPUs")] = None,
+    pool: Annotated[str | None, typer.Option("-p", "--pool", help="only this pool")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List every GPU with what is allocated on it and its latest telemetry (like nvidia-smi).
+
+    Examples:
+
+      gpupool gpus
+
+      gpupool gpus --node gpu-07 --json
+    """
+    with session(server, token) as gp:
+        devices = [
+            d
+            for d in gp.devices()
+            if (node is None or d.node == node) and (pool is None or d.pool == pool)
+        ]
+        samples = {s.uuid: s for s in gp.telemetry().devices}
+        if json_out:
+            print_json(
+                [
+                    {
+                        "device": d,
+                        "telemetry": samples[d.uuid].__dict__ if d.uuid in samples else None,
+                    }
+                    for d in devices
+                ]
+            )
+            return
+        emit(render.gpus_table(devices, samples))
+
+
+def _set_state(
+    name: str, state: str, server: str | None, token: str | None, json_out: bool
+) -> None:
+    with session(server, token) as gp:
+        view = gp.set_node_state(name, state)
+        if json_out:
+            print_json(view)
+        else:
+            typer.echo(f"node {view.name}: {view.state}")
+
+
+def drain(
+    node: Annotated[str, typer.Argument(help="node name")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop placing new jobs on a node; its running jobs go on (operator or admin).
+
+    Example: gpupool drain gpu-07
+    """
+    _set_state(node, "draining", server, token, json_out)
+
+
+def resume(
+    node: Annotated[str, typer.Argument(help="node name")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Put a drained node back in service.
+
+    Example: gpupool resume gpu-07
+    """
+    _set_state(node, "up", server, token, json_out)
+
+
+def install(app: typer.Typer) -> None:
+    for command in (nodes, gpus, drain, resume):
+        app.command(name=command.__name__)(command)
