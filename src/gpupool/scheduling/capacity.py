@@ -34,7 +34,7 @@ from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 
 def pool_view(base: CapacityArrays, usable: BoolArray) -> CapacityArrays:
     """A view of ``base`` restricted to ``usable`` slots; free-capacity arrays are shared."""
-    return CapacityArrays(
+    view = CapacityArrays(
         node_names=base.node_names,
         model_names=base.model_names,
         node_model=base.node_model,
@@ -49,6 +49,8 @@ def pool_view(base: CapacityArrays, usable: BoolArray) -> CapacityArrays:
         gpu_count=(base.usable & usable).sum(axis=1).astype(np.int64),
         physical_mem=base.physical_mem,
     )
+    view.share_cache(base)
+    return view
 
 
 @dataclass

@@ -46,9 +46,11 @@ def resolved(capacity: CapacityArrays, shape: Shape, choice: Choice) -> Shape:
     """``shape`` with its memory per device made explicit for the chosen slots."""
     if shape.memory_mib is not None or not choice.slots:
         return shape
-    need = capacity.memory_need(shape, choice.node)
     # Proportional memory is the same on every slot of one node (one model per node row).
-    return replace(shape, memory_mib=int(need[choice.slots[0]]))
+    need = int(capacity.physical_mem[choice.node, choice.slots[0]]) * shape.milli // MILLI_PER_GPU
+    return Shape(
+        shape.milli, shape.count, need, shape.cpu_milli, shape.host_memory_mib, shape.models
+    )
 
 
 def _combined(shape: Shape, replicas: int) -> Shape:

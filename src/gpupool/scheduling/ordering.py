@@ -59,6 +59,14 @@ class OrderingStage(Protocol):
     ) -> tuple[Ranked, ...]: ...
 
 
+_PRIORITY = "the job's priority over the highest priority class"
+_SMALL = "1 - the job's GPUs over its pool's GPUs (small jobs first)"
+_LARGE = "the job's GPUs over its pool's GPUs (large jobs first)"
+_AGE = "time waited since eligible over max_age_s"
+_FAIRSHARE = "2^(-usage share / fair share) of the job's tenant"
+_EFFICIENCY = "share of the pool's free GPU capacity on models the job accepts"
+
+
 def _tie_key(job: Job) -> tuple[float, float, str]:
     return (job.eligible_time, job.submit_time, job.id)
 
@@ -126,6 +134,8 @@ class MultiFactor:
             ]
         )
         fair = _fairshare_table(snapshot)
+        small_first = config.size_direction is SizeDirection.SMALL_FIRST
+        max_age = config.max_age_s
         facts: dict[str, _PoolFacts] = {}
         scored: list[tuple[float, Ranked]] = []
         for job in snapshot.pending:
@@ -134,44 +144,19 @@ class MultiFactor:
             if pf is None:
                 pf = facts[pool] = _PoolFacts(capacity, pool)
             size = min(1.0, job.spec.total_gpu_milli / pf.total_milli) if pf.total_milli else 1.0
-            if config.size_direction is SizeDirection.SMALL_FIRST:
-                size_value, size_meaning = 1.0 - size, "small jobs first"
+            if small_first:
+                size_value, size_meaning = 1.0 - size, _SMALL
             else:
-                size_value, size_meaning = size, "large jobs first"
+                size_value, size_meaning = size, _LARGE
             waited = snapshot.now - job.eligible_time
             res = job.spec.resources
             models = capacity.models_mask(res.gpu_types) if res.device_count else None
             factors = (
-                Factor(
-                    "priority",
-                    w.priority,
-                    max(0.0, min(1.0, job.priority / top)),
-                    f"priority {job.priority} of at most {top}",
-                ),
-                Factor(
-                    "size",
-                    w.size,
-                    size_value,
-                    f"{job.spec.total_gpu_milli}m of the pool's {pf.total_milli}m; {size_meaning}",
-                ),
-                Factor(
-                    "age",
-                    w.age,
-                    max(0.0, min(1.0, waited / config.max_age_s)),
-                    f"waited {max(0.0, waited):.0f}s of {config.max_age_s:.0f}s",
-                ),
-                Factor(
-                    "fairshare",
-                    w.fairshare,
-                    fair.get(job.tenant, 1.0),
-                    f"tenant {job.tenant}: 2^(-usage share / fair share)",
-                ),
-                Factor(
-                    "efficiency",
-                    w.efficiency,
-                    pf.efficiency(models),
-                    "share of free GPU capacity on models the job accepts",
-                ),
+                Factor("priority", w.priority, max(0.0, min(1.0, job.priority / top)), _PRIORITY),
+                Factor("size", w.size, size_value, size_meaning),
+                Factor("age", w.age, max(0.0, min(1.0, waited / max_age)), _AGE),
+                Factor("fairshare", w.fairshare, fair.get(job.tenant, 1.0), _FAIRSHARE),
+                Factor("efficiency", w.efficiency, pf.efficiency(models), _EFFICIENCY),
             )
             table = PriorityFactors(job.id, factors)
             scored.append((table.score, Ranked(job, table)))

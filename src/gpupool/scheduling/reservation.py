@@ -73,6 +73,9 @@ class Timeline:
                 work.release(rel.shape, rel.choice)
                 done += 1
             self._checkpoints.append((mark, work.copy()))
+        later = [r.time for r in self.releases if r.time is not None and r.time > now]
+        #: The first moment after ``now`` at which a running job is expected to end.
+        self.next_end: float | None = min(later) if later else None
 
     def earliest(
         self, fits: Callable[[CapacityArrays], bool]
@@ -130,7 +133,7 @@ def fits_check(
 
 def intersect(live: CapacityArrays, shadow: CapacityArrays) -> CapacityArrays:
     """Arrays with, everywhere, the smaller of the free amounts of ``live`` and ``shadow``."""
-    return CapacityArrays(
+    both = CapacityArrays(
         node_names=live.node_names,
         model_names=live.model_names,
         node_model=live.node_model,
@@ -145,6 +148,8 @@ def intersect(live: CapacityArrays, shadow: CapacityArrays) -> CapacityArrays:
         gpu_count=live.gpu_count,
         physical_mem=live.physical_mem,
     )
+    both.share_cache(live)
+    return both
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpupool.domain.jobs import Job
 from gpupool.scheduling.admission import Ledger, Standing, make_admission
 from gpupool.scheduling.capacity import ClusterCapacity, build_capacity
@@ -82,6 +84,8 @@ class _Pool:
     diagnosis: dict[_ShapeKey, tuple[PendingReason, str]] = field(default_factory=dict)
     estimates: dict[_ShapeKey, float | None] = field(default_factory=dict)
     timeline: Timeline | None = None
+    both: CapacityArrays | None = None  # live and shadow intersected (see _Cycle.target)
+    both_of: CapacityArrays | None = None  # the shadow ``both`` was built from
 
 
 def _job_end(job: Job, now: float) -> float | None:
@@ -242,40 +246,60 @@ class _Cycle:
                 "(strict order: no backfill)",
             )
             return
-        placed = self.try_place(pool, shape, replicas, gate.shadow)
+        target = self.target(pool, gate.shadow)
+        placed = self.try_place(pool, target, shape, replicas, long=gate.shadow is not None)
         if placed is not None:
             memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in placed)
             final = self.ledger.check(job, job.spec.total_gpu_milli, memory)
             if not final.admitted:
-                release_all(pool.live, placed)
+                release_all(target, placed)
                 pool.epoch += 1
                 assert final.reason is not None
                 self.wait(job, final.reason, final.message)
                 return
-            if gate.shadow is not None:
-                allocate_all(gate.shadow, placed)
-            else:
-                pool.backfill.started(placed, end)
+            if target is not pool.live:
+                allocate_all(pool.live, placed)
+            elif pool.both is not None:
+                self.refresh_both(pool, placed)
+            pool.backfill.started(placed, end)
             self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
             self.record_start(job, placed, final.standing is Standing.BORROWING)
             self.started.extend(Release(end, p.shape, p.choice) for p in placed)
             return
         self.blocked(job, pool, shape, replicas, standing=verdict.standing, shadow=gate.shadow)
 
+    def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:
+        """Where a job is placed: the live arrays, or where live and shadow both have room.
+
+        The intersection is built once per reservation and kept up to date: a job placed on it
+        is also allocated on live and shadow (``min(a - x, b - x) = min(a, b) - x``); a job
+        placed on live only refreshes the rows it touched.
+        """
+        if shadow is None:
+            return pool.live
+        if pool.both is None or pool.both_of is not shadow:
+            pool.both = intersect(pool.live, shadow)
+            pool.both_of = shadow
+        return pool.both
+
+    def refresh_both(self, pool: _Pool, placed: tuple[Placed, ...]) -> None:
+        both, live, shadow = pool.both, pool.live, pool.both_of
+        assert both is not None
+        assert shadow is not None
+        for n in {p.choice.node for p in placed}:
+            both.free_milli[n] = np.minimum(live.free_milli[n], shadow.free_milli[n])
+            both.free_mem[n] = np.minimum(live.free_mem[n], shadow.free_mem[n])
+            both.cpu_free[n] = min(live.cpu_free[n], shadow.cpu_free[n])
+            both.host_mem_free[n] = min(live.host_mem_free[n], shadow.host_mem_free[n])
+
     def try_place(
-        self, pool: _Pool, shape: Shape, replicas: int, shadow: CapacityArrays | None
+        self, pool: _Pool, target: CapacityArrays, shape: Shape, replicas: int, *, long: bool
     ) -> tuple[Placed, ...] | None:
-        """Place on the live arrays (or where both live and shadow have room), or ``None``."""
-        key = (shape, replicas, shadow is not None)
+        """Place on ``target`` (allocated there), or ``None``; failures are cached per shape."""
+        key = (shape, replicas, long)
         if pool.failed.get(key) == pool.epoch:
             return None
-        if shadow is None:
-            placed = place_job(pool.live, pool.policy, shape, replicas, pool.nodes)
-        else:
-            both = intersect(pool.live, shadow)
-            placed = place_job(both, pool.policy, shape, replicas, pool.nodes)
-            if placed is not None:
-                allocate_all(pool.live, placed)
+        placed = place_job(target, pool.policy, shape, replicas, pool.nodes)
         if placed is None:
             pool.failed[key] = pool.epoch
         return placed
@@ -378,8 +402,7 @@ class _Cycle:
         value = timeline.estimate(fits_check(pool.policy, shape, replicas, pool.nodes))
         if value is not None and value <= self.now:
             # It does not fit now, so not before the next job ends.
-            later = [r.time for r in timeline.releases if r.time is not None and r.time > self.now]
-            value = min(later) if later else None
+            value = timeline.next_end
         pool.estimates[key] = value
         return value
 

@@ -23,14 +23,16 @@ from gpupool.scheduling.placement.base import (
 )
 
 
-def leftover_score(capacity: CapacityArrays, shape: Shape, rows: np.ndarray) -> np.ndarray:
-    """Fraction of GPU share plus fraction of CPU that ``rows`` keep free after ``shape``."""
-    free = np.where(capacity.usable[rows], capacity.free_milli[rows], 0).sum(axis=1)
-    gpus = np.maximum(capacity.gpu_count[rows], 1) * MILLI_PER_GPU
-    cpu_total = np.maximum(capacity.cpu_total[rows], 1)
-    gpu_left = (free - shape.total_milli) / gpus
-    cpu_left = (capacity.cpu_free[rows] - shape.cpu_milli) / cpu_total
-    score: np.ndarray = gpu_left + cpu_left
+def leftover_score(capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> np.ndarray:
+    """[N] fraction of GPU share plus fraction of CPU each node keeps free after ``shape``;
+    +inf for nodes outside ``feasible`` (so ``argmin`` never picks them)."""
+    free = np.einsum("ij,ij->i", capacity.free_milli, capacity.usable)  # fast masked row sum
+    gpus = np.maximum(capacity.gpu_count, 1) * MILLI_PER_GPU
+    cpu_total = np.maximum(capacity.cpu_total, 1)
+    score: np.ndarray = (free - shape.total_milli) / gpus + (
+        capacity.cpu_free - shape.cpu_milli
+    ) / cpu_total
+    score[~feasible] = np.inf
     return score
 
 
@@ -43,10 +45,9 @@ class BestFit:
         self.options = options or PolicyOptions()
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
-        rows = np.flatnonzero(feasible)
-        if len(rows) == 0:
+        if not feasible.any():
             return None
-        node = int(rows[int(np.argmin(leftover_score(capacity, shape, rows)))])
+        node = int(np.argmin(leftover_score(capacity, shape, feasible)))
         return Choice(node, best_fit_slots(capacity, shape, node))
 
     def observe(self, shape: Shape) -> None:

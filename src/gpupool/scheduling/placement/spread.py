@@ -32,10 +32,11 @@ class Spread:
         self.options = options or PolicyOptions()
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
-        rows = np.flatnonzero(feasible)
-        if len(rows) == 0:
+        if not feasible.any():
             return None
-        node = int(rows[int(np.argmax(leftover_score(capacity, shape, rows)))])
+        score = leftover_score(capacity, shape, feasible)
+        score[~feasible] = -np.inf
+        node = int(np.argmax(score))
         if shape.is_sharing:
             fits = capacity.slot_fits_on_node(shape, node)
             idx = np.flatnonzero(fits)
