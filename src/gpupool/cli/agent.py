@@ -73,6 +73,7 @@ def run_agent(  # noqa: PLR0917 - typer options
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)
     try:
         name = node or default_node_name()
         token = read_token(token_file)
