@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import admin, infra, jobs
+from gpupool.cli import admin, infra, jobs, report
 
 
 def install(app: typer.Typer) -> None:
@@ -18,3 +18,4 @@ def install(app: typer.Typer) -> None:
     jobs.install(app)
     infra.install(app)
     admin.install(app)
+    report.install(app)
