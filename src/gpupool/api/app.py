@@ -32,6 +32,7 @@ from gpupool.control.settings import ServerSettings
 from gpupool.control.telemetry import read_sample
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY
+from gpupool.web.routes import router as web_router
 
 log = logging.getLogger("gpupool.api")
 
@@ -74,6 +75,7 @@ def create_app(
     errors.install(app)
     for module in (jobs, agent, nodes, admin, users, usage, events):
         app.include_router(module.router)
+    app.include_router(web_router)  # the dashboard at / (gpupool.web)
 
     registry = CollectorRegistry()
     registry.register(ClusterCollector(lambda: read_sample(cp)))

@@ -1,0 +1,174 @@
+// One job: its slice and isolation mode, priority factors, why it waits and when it should
+// start, its events, a live log tail, and cancel (only when the signed-in role may).
+//
+// The log tail reads GET /v1/jobs/{id}/logs?tail=N (text) every LOG_MS while the job runs;
+// a server without that endpoint gets a note in place of the log, not an error.
+
+import { ApiError } from '../api.js';
+import { badge, clear, dl, fmtDuration, fmtGpus, fmtMem, fmtNum, fmtTime, h } from '../dom.js';
+import { sliceText } from './jobs.js';
+
+export const title = 'Job';
+
+export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'PREEMPTED',
+  'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL']);
+
+const LOG_MS = 2000;
+const LOG_LINES = 200;
+
+const ISOLATION = {
+  exclusive: 'whole devices, no other job on them',
+  mps: 'NVIDIA MPS: hard compute share and memory limit',
+  soft: 'framework memory caps plus a memory watchdog (no hard compute limit)',
+  mig: 'a MIG instance: hardware-partitioned compute and memory',
+  auto: 'the strongest mode the node offers',
+};
+
+/** Whether the principal `me` may cancel job `j` (the API checks again). */
+export function canCancel(ctx, j) {
+  if (TERMINAL.has(j.state)) return false;
+  if (ctx.can('job:cancel-any')) return true;
+  if (ctx.can('job:cancel-tenant') && ctx.me.tenant === j.tenant) return true;
+  return ctx.can('job:cancel-own') && ctx.me.user === j.user;
+}
+
+export function render(ctx, root, { id }) {
+  const { api, live } = ctx;
+  const head = h('div', { class: 'job-head' });
+  const facts = h('section', { 'aria-labelledby': 'facts-h' });
+  const factors = h('section', { 'aria-labelledby': 'factors-h' });
+  const events = h('section', { 'aria-labelledby': 'events-h' });
+  const logPre = h('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': 'Log tail' }, '');
+  const logNote = h('p', { class: 'muted', id: 'log-note' });
+  const logs = h('section', { 'aria-labelledby': 'log-h' }, h('h2', { id: 'log-h' }, 'Log tail'), logNote, logPre);
+  const status = h('p', { class: 'status', role: 'status', 'aria-live': 'polite' });
+  root.append(h('p', {}, h('a', { href: '#/jobs' }, '← All jobs')), head, status, facts, factors, events, logs);
+
+  let job = null;
+  let logTimer = null;
+  let logsMissing = false;
+  let disposed = false;
+
+  function drawHead() {
+    const actions = h('div', { class: 'actions' });
+    if (canCancel(ctx, job)) {
+      const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel' }, 'Cancel job');
+      cancel.addEventListener('click', () => {
+        clear(actions).append(
+          h('span', {}, `Cancel ${job.name}? `),
+          h('button', { type: 'button', class: 'danger', id: 'confirm-cancel', onclick: doCancel }, 'Yes, cancel it'),
+          h('button', { type: 'button', class: 'secondary', onclick: drawHead }, 'Keep it'),
+        );
+        actions.querySelector('#confirm-cancel').focus();
+      });
+      actions.append(cancel);
+    }
+    clear(head).append(h('h1', {}, `${job.name} `, h('span', { class: 'muted' }, job.id)),
+      h('p', {}, badge(job.state), ` ${job.state_code}`), actions);
+  }
+
+  async function doCancel() {
+    status.textContent = 'Cancelling…';
+    try {
+      job = await api.post(`/v1/jobs/${encodeURIComponent(id)}/cancel`, { reason: 'cancelled from the dashboard' });
+      status.textContent = `Cancel requested: the job is ${job.state}.`;
+      await load();
+    } catch (err) {
+      status.textContent = `Cancel failed: ${err.message}`;
+      drawHead();
+    }
+  }
+
+  function drawFacts() {
+    const j = job;
+    const pending = j.state === 'PENDING';
+    const slices = Array.isArray(j.slices) ? j.slices.map((s) => `${s.device_uuid || s.device}: ${fmtGpus(s.milli)} GPU, ${fmtMem(s.memory_mib)}`).join('; ') : null;
+    clear(facts).append(h('h2', { id: 'facts-h' }, 'Details'), dl([
+      ['Team', j.tenant], ['User', j.user], ['Pool', j.pool],
+      ['Slice', sliceText(j)],
+      ['GPU types', j.gpu_types.length ? j.gpu_types.join(', ') : 'any'],
+      ['Nodes', j.nodes.length ? j.nodes.join(', ') : '–'],
+      slices ? ['Devices', slices] : null,
+      ['Isolation', j.isolation ? `${j.isolation} — ${ISOLATION[j.isolation] || ''}` : 'decided at start'],
+      ['Priority', `${j.priority_class} (${j.priority})`],
+      ['Preemptible', j.preemptible ? 'yes' : 'no'],
+      pending ? ['Why pending', j.pending_reason || j.reason || 'waiting for the scheduler'] : null,
+      pending ? ['Estimated start', j.estimated_start ? fmtTime(j.estimated_start) : 'unknown'] : null,
+      ['Submitted', fmtTime(j.submit_time)],
+      ['Started', fmtTime(j.start_time)],
+      ['Ended', fmtTime(j.end_time)],
+      ['Time limit', j.time_limit_s ? fmtDuration(j.time_limit_s) : 'pool default'],
+      ['Restarts', String(j.restart_count)],
+      ['Exit', j.exit_code === null ? (j.signal || '–') : `code ${j.exit_code}${j.signal ? `, ${j.signal}` : ''}`],
+      ['Reason', j.reason || '–'],
+      ['Command', h('code', {}, j.script ? j.script : j.command.join(' '))],
+    ].filter(Boolean)));
+  }
+
+  function drawFactors() {
+    clear(factors).append(h('h2', { id: 'factors-h' }, 'Priority factors'));
+    if (!job.priority_factors) {
+      factors.append(h('p', { class: 'muted' }, 'Not scored yet (the scheduler scores pending and running jobs each cycle).'));
+      return;
+    }
+    const total = job.priority_factors.reduce((a, f) => a + f.contribution, 0);
+    factors.append(h('table', { class: 'factors' },
+      h('thead', {}, h('tr', {}, ['Factor', 'Weight', 'Value', 'Contribution', 'Meaning'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, job.priority_factors.map((f) => h('tr', {}, h('td', {}, f.name), h('td', {}, fmtNum(f.weight)),
+        h('td', {}, fmtNum(f.value, 3)), h('td', {}, fmtNum(f.contribution, 3)), h('td', {}, f.meaning)))),
+      h('tfoot', {}, h('tr', {}, h('th', { scope: 'row', colspan: 3 }, 'Total'), h('td', {}, fmtNum(total, 3)), h('td')))));
+  }
+
+  async function drawEvents() {
+    const list = await api.get(`/v1/jobs/${encodeURIComponent(id)}/events`);
+    clear(events).append(h('h2', { id: 'events-h' }, 'Events'), h('table', { class: 'events', id: 'job-events' },
+      h('thead', {}, h('tr', {}, ['Time', 'From', 'To', 'Reason'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, list.map((e) => h('tr', {}, h('td', {}, fmtTime(e.time)), h('td', {}, e.source),
+        h('td', {}, e.target), h('td', {}, e.reason || ''))))));
+  }
+
+  async function tailLog() {
+    logTimer = null;
+    if (disposed || logsMissing) return;
+    try {
+      const text = await api.get(`/v1/jobs/${encodeURIComponent(id)}/logs`, { tail: LOG_LINES });
+      const atEnd = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 4;
+      logPre.textContent = typeof text === 'string' ? text : (text.text ?? JSON.stringify(text));
+      if (atEnd) logPre.scrollTop = logPre.scrollHeight;
+      logNote.textContent = TERMINAL.has(job.state) ? 'The job has ended: this is its final output.' : `Refreshed every ${LOG_MS / 1000} s.`;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404 && /endpoint/.test(err.message)) {
+        logsMissing = true;
+        logPre.hidden = true;
+        logNote.textContent = 'This server does not serve job logs yet (no /v1/jobs/{id}/logs); read them on the node or with gpupool logs.';
+        return;
+      }
+      logNote.textContent = `Log not available: ${err.message}`;
+    }
+    if (!disposed && !TERMINAL.has(job.state)) logTimer = setTimeout(tailLog, LOG_MS);
+  }
+
+  async function load() {
+    try {
+      job = await api.get(`/v1/jobs/${encodeURIComponent(id)}`);
+    } catch (err) {
+      clear(head).append(h('h1', {}, 'Job not found'));
+      status.textContent = err.status === 404
+        ? `There is no job ${id} that you can see.` : `Could not load the job: ${err.message}`;
+      return;
+    }
+    document.title = `${job.name} · Job · gpupool`;
+    drawHead();
+    drawFacts();
+    drawFactors();
+    await drawEvents().catch(() => {});
+    if (!logTimer) tailLog();
+  }
+
+  const offs = [
+    live.on('job', (e) => { if (e.job === id) load(); }),
+    live.on('reconnect', () => load()),
+  ];
+  load();
+  return () => { disposed = true; offs.forEach((off) => off()); if (logTimer) clearTimeout(logTimer); };
+}
