@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import admin, infra, jobs, report
+from gpupool.cli import admin, infra, jobs, report, top
 
 
 def install(app: typer.Typer) -> None:
@@ -19,3 +19,4 @@ def install(app: typer.Typer) -> None:
     infra.install(app)
     admin.install(app)
     report.install(app)
+    top.install(app)

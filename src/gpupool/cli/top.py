@@ -1,0 +1,218 @@
+"""``gpupool top``: a live, pool-wide view like nvitop, for the whole cluster.
+
+One **frame** shows the pool totals (devices, compute allocated, GPU memory promised over
+physical as ``mem_share_ratio``, mean utilisation, jobs running and queued per pool), then one
+row per device (utilisation bar, memory used and allocated, temperature, power, and the
+**slices** on it: ``job id share``), then the running jobs. It refreshes every ``--interval``
+seconds. Keys: ``q`` quits, ``s`` changes the sort order (see :data:`SORTS`). The keyboard is
+read from the terminal in cbreak mode, so it works over SSH; with no terminal (a pipe) or with
+``--once`` one frame is printed and the command ends.
+
+Which job holds which slice is read from this machine's agent folders (the server does not
+report device assignments to clients yet); for other nodes a device shows its allocated share
+only, and the jobs table says which node each job runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.text import Text
+
+from gpupool.cli import render
+from gpupool.cli.session import ServerOpt, TokenOpt, console, emit, session
+from gpupool.client.local import LocalReplica, running_slices
+from gpupool.client.sdk import Client
+from gpupool.client.telemetry import ClusterTelemetry, DeviceSample
+from gpupool.control.clock import SystemClock
+from gpupool.domain.units import format_gpus, format_memory
+from gpupool.schemas.jobs import JobView
+from gpupool.schemas.nodes import DeviceView
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Everything one frame shows, read in one go."""
+
+    devices: list[DeviceView]
+    telemetry: ClusterTelemetry
+    running: list[JobView]
+    slices: list[LocalReplica]
+    now: float
+
+
+def _util(d: DeviceView, s: DeviceSample | None) -> float:
+    return s.utilization_ratio or 0.0 if s else 0.0
+
+
+#: Sort orders ``s`` cycles through: name -> key of (device, its sample).
+SORTS: dict[str, Callable[[DeviceView, DeviceSample | None], tuple[object, ...]]] = {
+    "node": lambda d, s: (d.node, d.index),
+    "util": lambda d, s: (-_util(d, s), d.node, d.index),
+    "memory": lambda d, s: (-(s.memory_used_mib or 0) if s else 0, d.node, d.index),
+    "alloc": lambda d, s: (-(s.allocated_milli if s else 0), d.node, d.index),
+    "temp": lambda d, s: (-(s.temperature_c or 0.0) if s else 0.0, d.node, d.index),
+}
+
+
+def bar(ratio: float | None, width: int = 10) -> str:
+    """``[|||||     ]`` for a ratio in [0, 1]; ``None`` shows as empty."""
+    filled = round(max(0.0, min(1.0, ratio or 0.0)) * width)
+    return "[" + "|" * filled + " " * (width - filled) + "]"
+
+
+def read_frame(gp: Client) -> Frame:
+    devices = gp.devices()
+    telemetry = gp.telemetry()
+    running = gp.list(state=["RUNNING", "CONFIGURING", "COMPLETING"], limit=500)
+    return Frame(devices, telemetry, running, running_slices(gp.home), SystemClock().now())
+
+
+def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
+    """One frame as a rich renderable (pure: the golden test pins it)."""
+    samples = {s.uuid: s for s in frame.telemetry.devices}
+    jobs = {j.id: j for j in frame.running}
+    on_device: dict[str, list[str]] = {}
+    node_of: dict[str, set[str]] = {}
+    for r in frame.slices:
+        node_of.setdefault(r.job_id, set()).add(r.node)
+        for uuid in r.device_uuids:
+            on_device.setdefault(uuid, []).append(f"{r.job_id} {format_gpus(r.milli_per_device)}")
+    total = len(frame.devices)
+    alloc = sum(s.allocated_milli for s in samples.values())
+    utils = [s.utilization_ratio for s in samples.values() if s.utilization_ratio is not None]
+    mean_util = sum(utils) / len(utils) if utils else None
+    queued = sum(sum(p.queued.values()) for p in frame.telemetry.pools)
+    head = Text()
+    head.append("gpupool top", style="bold")
+    head.append(
+        f"  {render.when(frame.now)}  devices {total}  compute allocated "
+        f"{format_gpus(alloc)}/{total}  mean util {render.pct(mean_util)}  "
+        f"running {len(frame.running)}  queued {queued}  sort: {sort} (s)  quit: q\n"
+    )
+    for p in frame.telemetry.pools:
+        share = "-" if p.mem_share_ratio is None else f"{p.mem_share_ratio:.2f}"
+        waiting = sum(p.queued.values())
+        head.append(f"pool {p.name}: mem_share_ratio {share}, queue {waiting}")
+        if p.queued:
+            head.append(" (" + ", ".join(f"{t} {n}" for t, n in p.queued.items() if n) + ")")
+        head.append("\n")
+    t = render.table(
+        "NODE",
+        "IDX",
+        "MODEL",
+        "UTIL",
+        "MEM USED",
+        "ALLOC",
+        "ALLOC MEM",
+        "TEMP",
+        "POWER",
+        "HEALTH",
+        "SLICES (JOB SHARE)",
+        right=("IDX", "ALLOC", "ALLOC MEM", "TEMP", "POWER"),
+    )
+    key = SORTS.get(sort, SORTS["node"])
+    for d in sorted(frame.devices, key=lambda d: key(d, samples.get(d.uuid))):
+        s = samples.get(d.uuid)
+        used = s.memory_used_mib if s else None
+        util = s.utilization_ratio if s else None
+        mem_text = f"{render.mem(used)}/{format_memory(d.memory_mib)}"
+        t.add_row(
+            d.node,
+            str(d.index),
+            d.model,
+            f"{bar(util)} {render.pct(util):>4}",
+            mem_text,
+            format_gpus(s.allocated_milli) if s else "-",
+            format_memory(s.allocated_memory_mib) if s else "-",
+            f"{s.temperature_c:.0f}C" if s and s.temperature_c is not None else "-",
+            f"{s.power_w:.0f}W" if s and s.power_w is not None else "-",
+            d.health,
+            ", ".join(on_device.get(d.uuid, [])) or "-",
+        )
+    j = render.table(
+        "JOBID", "NAME", "USER", "TENANT", "ST", "TIME", "GPU SLICE", "NODES", right=("TIME",)
+    )
+    for job in sorted(jobs.values(), key=lambda x: (x.start_time or 0.0, x.id)):
+        j.add_row(
+            job.id,
+            job.name[:24],
+            job.user,
+            job.tenant,
+            job.state_code,
+            render.elapsed(job, frame.now),
+            render.gpu_slice(job),
+            ",".join(job.nodes or sorted(node_of.get(job.id, ()))) or "-",
+        )
+    return Group(head, t, Text(""), j)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[Callable[[float], str | None]]:
+    """Read single keys from the terminal (cbreak mode) with a timeout; restores it on exit."""
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    old = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(timeout: float) -> str | None:
+        ready, _, _ = select.select([sys.stdin], [], [], timeout)
+        return sys.stdin.read(1) if ready else None
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+
+def top(
+    interval: Annotated[
+        float, typer.Option("-d", "--interval", help="seconds between frames")
+    ] = 2.0,
+    sort: Annotated[str, typer.Option("--sort", help=f"first sort: {', '.join(SORTS)}")] = "node",
+    once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A live view of the whole pool, like nvitop: devices, slices, jobs, queue.
+
+    Keys: q quits, s changes the sort (node, util, memory, alloc, temp).
+
+    Examples:
+
+      gpupool top
+
+      gpupool top -d 5 --sort util
+
+      gpupool top --once > snapshot.txt
+    """
+    if sort not in SORTS:
+        raise typer.BadParameter(f"{sort!r} is not a sort: use {', '.join(SORTS)}")
+    order: Sequence[str] = list(SORTS)
+    with session(server, token) as gp:
+        interactive = sys.stdout.isatty() and sys.stdin.isatty() and not once
+        if not interactive:
+            emit(frame_view(read_frame(gp), sort))
+            return
+        with _keys() as key, Live(console=console(), screen=True, auto_refresh=False) as live:
+            while True:
+                live.update(frame_view(read_frame(gp), sort), refresh=True)
+                pressed = key(max(0.2, interval))
+                if pressed in ("q", "Q", "\x1b"):
+                    return
+                if pressed in ("s", "S"):
+                    sort = order[(order.index(sort) + 1) % len(order)]
+
+
+def install(app: typer.Typer) -> None:
+    app.command(name="top")(top)
