@@ -1,0 +1,535 @@
+"""The time-driven replay: trace events in, the real scheduler in the middle, a record out.
+
+The loop is what a control plane does, with simulated time::
+
+    pop every event of the next instant (the manual clock moves there)
+    apply them: arrivals queue, finishes and stops free slices, failed nodes lose their jobs
+    build a ClusterSnapshot, call gpupool.scheduling.scheduler.schedule(snapshot, config)
+    apply the Decision: start jobs (their finish goes on the heap), stop preemption victims
+    record the state
+
+One scheduling cycle per distinct event instant, not per event: dense traces put many events
+on one instant. A cycle that decided preemptions with no grace period is followed by another
+cycle at the same instant, once the victims are gone. While jobs wait, the loop's periodic tick
+(``tick_s``) runs cycles even when no event happens, as a real loop does; ticks stop when
+nothing is left to happen and several ticks in a row changed nothing.
+
+Job states move only through :func:`gpupool.domain.transitions.transition`, along the same
+edges the control plane uses. Words (run, saved work, outcome) are defined in
+:mod:`gpupool.sim.jobstate`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from gpupool.domain.jobs import Job, JobSpec
+from gpupool.domain.nodes import DeviceHealth, NodeState
+from gpupool.domain.pools import DEFAULT_POOL, Pool
+from gpupool.domain.states import JobState
+from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
+from gpupool.domain.transitions import should_requeue, transition
+from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.decision import Decision, PendingReason, Start
+from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
+from gpupool.sim.engine import Event, EventKind, EventQueue
+from gpupool.sim.jobstate import JobOutcome, SimJob, last_checkpoint
+from gpupool.sim.recorder import Integrals, Recorder, TimeSeries
+from gpupool.sim.scenarios import Scenario
+from gpupool.sim.workload import SimCluster, Workload, equal_quotas
+
+ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
+ProgressFn = Callable[[int, int], None]
+
+#: Reasons that mean "this job cannot ever run on this cluster": it is rejected on arrival.
+NEVER_FITS = frozenset({PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE})
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """Node ``node`` fails at ``at`` (seconds) and is back ``repair_s`` seconds later."""
+
+    node: str
+    at: float
+    repair_s: float
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How the simulated cluster behaves around the scheduler.
+
+    ``checkpoint_interval_s`` ``None`` means jobs never checkpoint. ``grace_period_s`` is how
+    long a preempted job keeps its slices after the stop order. ``tick_s`` ``None`` switches
+    the periodic tick off. ``usage_half_life_s`` is the fair-share usage decay.
+    ``expected_duration`` says whether the scheduler is told each job's true run time
+    (``oracle``) or nothing (``unknown``) for its start-time estimates and backfill.
+    """
+
+    checkpoint_interval_s: float | None = 3600.0
+    grace_period_s: float = 0.0
+    tick_s: float | None = 300.0
+    usage_half_life_s: float = 7 * 86400.0
+    max_restarts: int = 1000
+    expected_duration: str = "oracle"
+    failures: tuple[NodeFailure, ...] = ()
+    max_cycles_per_instant: int = 64
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_interval_s is not None and self.checkpoint_interval_s <= 0:
+            raise ValueError("checkpoint interval must be above 0 seconds, or None for never")
+        if self.tick_s is not None and self.tick_s <= 0:
+            raise ValueError("tick must be above 0 seconds, or None for no tick")
+        if self.expected_duration not in ("oracle", "unknown"):
+            raise ValueError("expected_duration must be 'oracle' or 'unknown'")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Everything a report needs from one replay of one scenario."""
+
+    scenario: str
+    workload: str
+    cluster: str
+    capacity_milli: int
+    gpu_count: int
+    tenants: tuple[str, ...]
+    jobs: tuple[JobOutcome, ...]
+    series: TimeSeries
+    integrals: Integrals
+    cycles: int
+    events: int
+    transitions: int
+
+
+def _default_schedule() -> ScheduleFn:
+    from gpupool.scheduling.scheduler import schedule
+
+    return schedule
+
+
+class Replay:
+    """One replay of ``workload`` on ``cluster`` under ``scenario``. Call :meth:`run` once."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: SimCluster,
+        scenario: Scenario,
+        options: ReplayOptions | None = None,
+        *,
+        schedule: ScheduleFn | None = None,
+    ) -> None:
+        self.options = options or ReplayOptions()
+        self.scenario = scenario
+        self.cluster = cluster
+        if scenario.equal_quotas and not workload.quotas:
+            workload = equal_quotas(workload, cluster)
+        self.workload = workload
+        self._schedule = schedule or _default_schedule()
+        self.queue = EventQueue()
+        self._priority = {p.name: p.value for p in DEFAULT_PRIORITY_CLASSES}
+        self._jobs: dict[str, SimJob] = {}
+        self._pending: dict[str, Job] = {}
+        self._running: dict[str, tuple[RunningReplica, ...]] = {}
+        self._nodes = {n.name: n for n in cluster.nodes}
+        self._devices = {d.uuid: d for d in cluster.devices}
+        self._node_devices: dict[str, list[str]] = {}
+        for d in cluster.devices:
+            self._node_devices.setdefault(d.node, []).append(d.uuid)
+        self._nodes_t = tuple(cluster.nodes)
+        self._devices_t = tuple(cluster.devices)
+        self._down: set[str] = set()
+        self._used: dict[str, int] = dict.fromkeys(self._devices, 0)
+        self._busy = 0
+        self._stranded = 0
+        self._allocated = 0
+        self._capacity = cluster.capacity_milli
+        tenants = workload.tenant_names
+        self._tenant_alloc = dict.fromkeys(tenants, 0)
+        self._tenant_pending = dict.fromkeys(tenants, 0)
+        self._usage = dict.fromkeys(tenants, 0.0)
+        self._usage_time = 0.0
+        self._ckpt_heap: list[tuple[float, str, int]] = []
+        weights = {t.name: t.fair_share for t in workload.tenants}
+        self.recorder = Recorder(tenants, weights)
+        self.cycles = 0
+        self.events = 0
+        self.transitions = 0
+        self._tick_pending = False
+        self._idle_ticks = 0
+        self._ended = 0
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, progress: ProgressFn | None = None) -> ReplayResult:
+        """Replay to the end; ``progress(done_jobs, total_jobs)`` is called now and then."""
+        for tj in self.workload.jobs:
+            self.queue.push(tj.submit_time, Event(EventKind.ARRIVAL, tj.id))
+        self._traces = {tj.id: tj for tj in self.workload.jobs}
+        for failure in self.options.failures:
+            if failure.node not in self._nodes:
+                raise ValueError(f"node failure names node {failure.node!r}, not in the cluster")
+            self.queue.push(failure.at, Event(EventKind.NODE_DOWN, failure.node))
+            self.queue.push(failure.at + failure.repair_s, Event(EventKind.NODE_UP, failure.node))
+        total = len(self.workload.jobs)
+        last_reported = -1
+        now = 0.0
+        same_instant = 0
+        while len(self.queue):
+            time, batch = self.queue.pop_batch()
+            same_instant = same_instant + 1 if time == now else 1
+            if same_instant > self.options.max_cycles_per_instant:
+                raise RuntimeError(
+                    f"more than {self.options.max_cycles_per_instant} scheduling cycles at "
+                    f"t={time}: the scheduler keeps preempting; check its anti-loop settings"
+                )
+            now = time
+            self._accrue_usage(now)
+            arrivals: list[str] = []
+            ticked = False
+            for event in batch:
+                self.events += 1
+                ticked |= self._handle(event, now, arrivals)
+            changed = self._cycle(now, arrivals) if self._pending else False
+            self._after_cycle(now, changed, ticked)
+            self._sample(now)
+            if progress is not None and self._ended != last_reported and self.events % 256 < 8:
+                progress(self._ended, total)
+                last_reported = self._ended
+        for sim in self._jobs.values():
+            if sim.outcome is None:
+                sim.outcome = "unfinished"
+        if progress is not None:
+            progress(total, total)
+        series, integrals = self.recorder.finish(now)
+        return ReplayResult(
+            scenario=self.scenario.name,
+            workload=self.workload.name,
+            cluster=self.cluster.name,
+            capacity_milli=self.cluster.capacity_milli,
+            gpu_count=self.cluster.gpu_count,
+            tenants=self.workload.tenant_names,
+            jobs=tuple(self._jobs[tj.id].outcome_record() for tj in self.workload.jobs),
+            series=series,
+            integrals=integrals,
+            cycles=self.cycles,
+            events=self.events,
+            transitions=self.transitions,
+        )
+
+    def _after_cycle(self, now: float, changed: bool, ticked: bool) -> None:
+        """Keep the periodic tick going while jobs wait and something may still change."""
+        tick = self.options.tick_s
+        if tick is None or self._tick_pending or not self._pending:
+            return
+        if ticked and not changed:
+            self._idle_ticks += 1
+        elif changed:
+            self._idle_ticks = 0
+        # With other events still to come, ticks are cheap insurance; with none, stop after
+        # enough idle ticks to outlast the scheduler's preemption exemption.
+        limit = math.ceil(self.scenario.config.preempt_exempt_s / tick) + 1
+        if len(self.queue) == 0 and self._idle_ticks > limit:
+            return
+        self.queue.push(now + tick, Event(EventKind.TICK, "tick"))
+        self._tick_pending = True
+
+    # ------------------------------------------------------------------ events
+
+    def _handle(self, event: Event, now: float, arrivals: list[str]) -> bool:
+        kind = event.kind
+        if kind is EventKind.ARRIVAL:
+            self._arrive(event.subject, now)
+            arrivals.append(event.subject)
+        elif kind is EventKind.FINISH:
+            self._finish(event, now)
+        elif kind is EventKind.STOPPED:
+            self._stopped(event, now)
+        elif kind is EventKind.NODE_DOWN:
+            self._node_down(event.subject, now)
+        elif kind is EventKind.NODE_UP:
+            self._node_up(event.subject)
+        elif kind is EventKind.TICK:
+            self._tick_pending = False
+            return True
+        return False
+
+    def _move(self, sim: SimJob, target: JobState, now: float, reason: str | None = None) -> None:
+        sim.job, _ = transition(sim.job, target, now=now, reason=reason)
+        self.transitions += 1
+
+    def _arrive(self, job_id: str, now: float) -> None:
+        tj = self._traces[job_id]
+        spec = JobSpec(
+            name=tj.id,
+            command=("sim",),
+            tenant=tj.tenant,
+            pool=DEFAULT_POOL,
+            priority_class=tj.priority_class,
+            resources=tj.resources,
+            replicas=tj.replicas,
+            preemptible=tj.preemptible,
+            max_restarts=self.options.max_restarts,
+            expected_duration_s=tj.work_s if self.options.expected_duration == "oracle" else None,
+            grace_period_s=self.options.grace_period_s,
+        )
+        job = Job(
+            id=tj.id,
+            spec=spec,
+            tenant=tj.tenant,
+            user="sim",
+            priority=self._priority.get(tj.priority_class, 500),
+            submit_time=now,
+            eligible_time=now,
+        )
+        sim = SimJob(tj, job)
+        self._jobs[job_id] = sim
+        self._enqueue(sim)
+
+    def _enqueue(self, sim: SimJob) -> None:
+        self._pending[sim.job.id] = sim.job
+        self._tenant_pending[sim.trace.tenant] += sim.trace.total_gpu_milli
+
+    def _dequeue(self, sim: SimJob) -> None:
+        del self._pending[sim.job.id]
+        self._tenant_pending[sim.trace.tenant] -= sim.trace.total_gpu_milli
+
+    def _end(self, sim: SimJob, outcome: str, now: float) -> None:
+        if sim.outcome is not None:
+            raise RuntimeError(f"job {sim.job.id} ended twice ({sim.outcome}, then {outcome})")
+        sim.outcome = outcome
+        sim.end_time = now
+        self._ended += 1
+
+    def _finish(self, event: Event, now: float) -> None:
+        sim = self._jobs[event.subject]
+        if event.attempt != sim.runs or sim.run_start is None:
+            return  # the finish of a run that was interrupted
+        self._release(sim)
+        sim.end_run(now, done=True, checkpoint_interval_s=self.options.checkpoint_interval_s)
+        self._move(sim, JobState.COMPLETED, now, "work done")
+        self._end(sim, "completed", now)
+
+    def _stopped(self, event: Event, now: float) -> None:
+        sim = self._jobs[event.subject]
+        if event.attempt != sim.runs or sim.job.state is not JobState.COMPLETING:
+            return  # it finished (or its node failed) during its grace period
+        self._interrupt(sim, now, JobState.PREEMPTED, "preempted")
+        sim.preemptions += 1
+
+    def _node_down(self, node: str, now: float) -> None:
+        if node in self._down:
+            return
+        self._down.add(node)
+        self._set_node(node, NodeState.DOWN, DeviceHealth.UNHEALTHY)
+        victims = [
+            self._jobs[job_id]
+            for job_id, replicas in self._running.items()
+            if any(r.node == node for r in replicas)
+        ]
+        for sim in victims:
+            self._interrupt(sim, now, JobState.NODE_FAIL, f"node {node} failed")
+            sim.node_failures += 1
+
+    def _node_up(self, node: str) -> None:
+        if node not in self._down:
+            return
+        self._down.discard(node)
+        self._set_node(node, NodeState.UP, DeviceHealth.HEALTHY)
+
+    def _set_node(self, node: str, state: NodeState, health: DeviceHealth) -> None:
+        self._nodes[node] = replace(self._nodes[node], state=state)
+        for uuid in self._node_devices.get(node, ()):
+            self._devices[uuid] = replace(self._devices[uuid], health=health)
+        self._nodes_t = tuple(self._nodes.values())
+        self._devices_t = tuple(self._devices.values())
+        sign = -1 if state is NodeState.DOWN else 1
+        self._capacity += sign * MILLI_PER_GPU * len(self._node_devices.get(node, ()))
+
+    def _interrupt(self, sim: SimJob, now: float, target: JobState, reason: str) -> None:
+        """Stop the current run (preemption or node failure) and requeue the job if allowed."""
+        self._release(sim)
+        sim.end_run(now, done=False, checkpoint_interval_s=self.options.checkpoint_interval_s)
+        self._move(sim, target, now, reason)
+        if should_requeue(sim.job):
+            self._move(sim, JobState.REQUEUED, now, reason)
+            self._move(sim, JobState.PENDING, now, "requeued")
+            expected = sim.work_left if sim.job.spec.expected_duration_s is not None else None
+            sim.job = sim.job.with_changes(spec=replace(sim.job.spec, expected_duration_s=expected))
+            self._enqueue(sim)
+        else:
+            self._end(sim, "failed", now)
+
+    # ------------------------------------------------------------------ capacity
+
+    def _take(self, uuid: str, milli: int) -> None:
+        self._change(uuid, self._used[uuid] + milli)
+
+    def _change(self, uuid: str, new: int) -> None:
+        old = self._used[uuid]
+        self._busy += (new > 0) - (old > 0)
+        self._stranded += _stranded(new) - _stranded(old)
+        self._used[uuid] = new
+        self._allocated += new - old
+
+    def _release(self, sim: SimJob) -> None:
+        replicas = self._running.pop(sim.job.id, ())
+        for r in replicas:
+            for uuid in r.devices:
+                self._change(uuid, self._used[uuid] - r.milli_per_device)
+        self._tenant_alloc[sim.trace.tenant] -= sim.run_milli
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _snapshot(self, now: float) -> ClusterSnapshot:
+        self._refresh_checkpoints(now)
+        return ClusterSnapshot(
+            now=now,
+            nodes=self._nodes_t,
+            devices=self._devices_t,
+            running=tuple(itertools.chain.from_iterable(self._running.values())),
+            pending=tuple(self._pending.values()),
+            pools=(Pool(DEFAULT_POOL),),
+            tenants=self.workload.tenants,
+            quotas=self.workload.quotas,
+            priority_classes=DEFAULT_PRIORITY_CLASSES,
+            usage=self._usage,
+        )
+
+    def _cycle(self, now: float, arrivals: Iterable[str]) -> bool:
+        decision = self._schedule(self._snapshot(now), self.scenario.config)
+        self.cycles += 1
+        for start in decision.starts:
+            self._start(start, now)
+        for preemption in decision.preemptions:
+            self._preempt(preemption.victim, preemption.for_job, now)
+        if not self._down:
+            for job_id in arrivals:
+                info = decision.pending.get(job_id)
+                sim = self._jobs[job_id]
+                if info is not None and info.reason in NEVER_FITS and job_id in self._pending:
+                    self._dequeue(sim)
+                    self._move(sim, JobState.CANCELLED, now, f"rejected: {info.message}")
+                    self._end(sim, "rejected", now)
+        return bool(decision.starts or decision.preemptions)
+
+    def _start(self, start: Start, now: float) -> None:
+        sim = self._jobs[start.job_id]
+        self._dequeue(sim)
+        self._move(sim, JobState.CONFIGURING, now, "placed")
+        self._move(sim, JobState.RUNNING, now, "started")
+        spec = sim.job.spec
+        replicas = tuple(
+            RunningReplica(
+                job_id=start.job_id,
+                replica=r.rank,
+                node=r.node,
+                devices=r.devices,
+                milli_per_device=r.milli_per_device,
+                memory_per_device_mib=r.memory_per_device_mib,
+                tenant=start.tenant,
+                pool=start.pool,
+                priority=sim.job.priority,
+                preemptible=spec.preemptible,
+                start_time=now,
+                expected_end=now + sim.work_left,
+                cpu_milli=r.cpu_milli,
+                host_memory_mib=r.host_memory_mib,
+                borrowing=start.borrowing,
+                grace_period_s=spec.grace_period_s,
+            )
+            for r in start.replicas
+        )
+        for r in replicas:
+            for uuid in r.devices:
+                self._take(uuid, r.milli_per_device)
+        self._running[start.job_id] = replicas
+        sim.start(now, replicas)
+        self._tenant_alloc[sim.trace.tenant] += sim.run_milli
+        self.queue.push(now + sim.work_left, Event(EventKind.FINISH, start.job_id, sim.runs))
+        interval = self.options.checkpoint_interval_s
+        if interval is not None and spec.preemptible and sim.work_left > interval:
+            heapq.heappush(self._ckpt_heap, (now + interval, start.job_id, sim.runs))
+
+    def _preempt(self, victim: str, for_job: str, now: float) -> None:
+        sim = self._jobs[victim]
+        if sim.job.state is not JobState.RUNNING:
+            return
+        self._move(sim, JobState.COMPLETING, now, f"preempted for {for_job}")
+        replicas = tuple(replace(r, preempted_for=for_job) for r in self._running[victim])
+        self._running[victim] = replicas
+        sim.replicas = replicas
+        self.queue.push(
+            now + sim.job.spec.grace_period_s, Event(EventKind.STOPPED, victim, sim.runs)
+        )
+
+    def _refresh_checkpoints(self, now: float) -> None:
+        """Tell the scheduler each preemptible run's latest checkpoint (for victim costs).
+
+        Only runs whose checkpoint moved since the last cycle are rewritten, from a heap of
+        next checkpoint times, so a cycle does not touch every running replica.
+        """
+        interval = self.options.checkpoint_interval_s
+        heap = self._ckpt_heap
+        while heap and heap[0][0] <= now:
+            _, job_id, run = heapq.heappop(heap)
+            sim = self._jobs[job_id]
+            if sim.runs != run or sim.run_start is None or job_id not in self._running:
+                continue
+            ckpt = last_checkpoint(sim.run_start, now, interval)
+            replicas = tuple(replace(r, last_checkpoint_time=ckpt) for r in self._running[job_id])
+            self._running[job_id] = replicas
+            sim.replicas = replicas
+            if interval is not None and ckpt is not None:
+                heapq.heappush(heap, (ckpt + interval, job_id, run))
+
+    def _accrue_usage(self, now: float) -> None:
+        """Decay each tenant's usage to ``now`` and add what it held since the last instant."""
+        dt = now - self._usage_time
+        if dt <= 0:
+            return
+        half = self.options.usage_half_life_s
+        decay = 2.0 ** (-dt / half)
+        gain = half / math.log(2.0) * (1.0 - decay)
+        for tenant, usage in self._usage.items():
+            self._usage[tenant] = usage * decay + self._tenant_alloc[tenant] * gain
+        self._usage_time = now
+
+    def _sample(self, now: float) -> None:
+        demand = {t: self._tenant_alloc[t] + self._tenant_pending[t] for t in self._tenant_alloc}
+        self.recorder.sample(
+            now,
+            allocated_milli=self._allocated,
+            busy_gpus=self._busy,
+            pending_jobs=len(self._pending),
+            running_jobs=len(self._running),
+            stranded_milli=self._stranded,
+            capacity_milli=self._capacity,
+            tenant_allocated=self._tenant_alloc,
+            tenant_demand=demand,
+        )
+
+
+def _stranded(used: int) -> int:
+    """Free milli on a device that is partly used (0 for idle or full devices)."""
+    return MILLI_PER_GPU - used if 0 < used < MILLI_PER_GPU else 0
+
+
+def replay(
+    workload: Workload,
+    cluster: SimCluster,
+    scenario: Scenario,
+    options: ReplayOptions | None = None,
+    *,
+    schedule: ScheduleFn | None = None,
+    progress: ProgressFn | None = None,
+) -> ReplayResult:
+    """Replay ``workload`` on ``cluster`` under ``scenario`` (rounding up for whole-GPU ones)."""
+    if scenario.whole_gpus:
+        workload = replace(workload, jobs=tuple(j.rounded_up() for j in workload.jobs))
+    return Replay(workload, cluster, scenario, options, schedule=schedule).run(progress)
