@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import admin, infra, jobs, report, top
+from gpupool.cli import admin, infra, jobs, login, precheck, report, top
 
 
 def install(app: typer.Typer) -> None:
@@ -20,3 +20,5 @@ def install(app: typer.Typer) -> None:
     admin.install(app)
     report.install(app)
     top.install(app)
+    precheck.install(app)
+    login.install(app)
