@@ -196,7 +196,10 @@ def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> Rend
         ("User / Tenant", f"{job.user} / {job.tenant}"),
         ("Pool", job.pool),
         ("Priority", f"{job.priority_class} ({job.priority})"),
-        ("GPU slice", gpu_slice(job) + (f" x {job.replicas} replicas" if job.replicas > 1 else "")),
+        (
+            "GPU slice",
+            gpu_slice(job) + (" (gang: all replicas start together)" if job.replicas > 1 else ""),
+        ),
         ("Preemptible", "yes" if job.preemptible else "no"),
         ("Isolation", job.isolation or DASH),
         ("Command", command),

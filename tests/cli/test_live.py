@@ -1,0 +1,329 @@
+"""The CLI against a live pool (a real server process and agent, simulated GPUs).
+
+Each command is run in-process with typer's runner; the server and token are found the way a
+user's would be (``$GPUPOOL_SERVER`` and the standalone ``$GPUPOOL_HOME/admin-token``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpupool.client import Client
+from gpupool.domain.states import JobState
+from tests.cli.conftest import LocalPool, Result
+
+pytestmark = pytest.mark.slow
+
+Cli = Callable[..., Result]
+
+
+def client(pool: LocalPool, token: str | None = None) -> Client:
+    return Client(pool.url, token or pool.admin_token, home=pool.home)
+
+
+def one_line_error(r: Result) -> str:
+    assert "Traceback" not in r.stdout + r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_submit_fractional_job_then_logs_show_history(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli(
+        "submit",
+        "-J",
+        "hello",
+        "-g",
+        "0.5",
+        "--gpu-mem",
+        "10GiB",
+        "-e",
+        "GREETING=hi",
+        "--parsable",
+        "--",
+        "sh",
+        "-c",
+        "echo $GREETING; echo dev=$CUDA_VISIBLE_DEVICES",
+    )
+    assert r.exit_code == 0, r.stderr
+    job_id = r.stdout.strip()
+    with client(pool_env) as gp:
+        done = gp.wait(job_id, timeout_s=60, poll_s=0.2)
+    assert done.state == "COMPLETED"
+    assert done.gpu_milli == 500
+    assert done.gpu_memory_mib == 10240
+    out = cli("logs", job_id)
+    assert out.exit_code == 0
+    assert "hi\n" in out.stdout
+    assert "dev=GPU-" in out.stdout
+    shown = cli("show", job_id)
+    assert "COMPLETED (CD)" in shown.stdout
+    assert "0.5 10GiB" in shown.stdout
+    assert "Events" in shown.stdout
+    hist = cli("history", "-S", "1h")
+    row = next(x for x in hist.stdout.splitlines() if x.startswith(job_id))
+    assert "COMPLETED" in row
+    assert "0:0" in row
+
+
+def test_run_streams_output_and_exits_with_the_job_code(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli("run", "-g", "0.1", "--wrap", "echo streamed; exit 3")
+    assert r.exit_code == 3
+    assert "streamed" in r.stdout
+    assert "FAILED" in r.stderr
+
+
+def test_submit_from_job_file_with_option_override(
+    pool_env: LocalPool, cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: fromfile\ncommand: [sleep, '30']\nresources:\n  gpus: 0.25\n")
+    r = cli("submit", "-f", str(path), "-q", "high", "--preemptible", "--json")
+    assert r.exit_code == 0, r.stderr
+    view = json.loads(r.stdout)
+    assert view["name"] == "fromfile"
+    assert view["priority_class"] == "high"
+    assert view["preemptible"] is True
+    assert view["gpu_milli"] == 250
+    assert cli("cancel", view["id"]).exit_code == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncommand: [true]\nresources:\n  gpuz: 1\n")
+    r = cli("submit", "-f", str(bad))
+    assert r.exit_code == 2
+    assert f"{bad}:4: resources.gpuz: unknown key" in one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["submit", "-g", "1.5", "--", "true"], 2, "-g/--gpus: '1.5' is more than one GPU"),
+        (["submit", "-g", "0.5", "--gpu-mem", "10gigs", "--", "true"], 2, "use 10GiB"),
+        (["submit", "-t", "soon", "--", "true"], 2, "-t/--time"),
+        (["submit", "-e", "CUDA_X=1", "--", "true"], 2, "-e CUDA_X: environment name"),
+        (["submit", "-e", "NOVALUE", "--", "true"], 2, "is not KEY=VALUE"),
+        (["submit", "-g", "0.5"], 2, "nothing to run"),
+        (["submit", "-A", "nosuch", "--", "true"], 2, "tenant 'nosuch' does not exist"),
+        (["show", "000000000000"], 3, "not found"),
+        (["cancel", "000000000000"], 3, "not found"),
+        (["drain", "no-such-node"], 3, "no-such-node"),
+        (["report", "--by", "colour"], 2, "--by 'colour' is not a grouping"),
+        (["quota", "set", "default", "default", "--guaranteed", "1.5"], 2, "whole number"),
+        (["users", "create", "zed", "--role", "wizard"], 2, "role 'wizard' is not valid"),
+    ],
+)
+def test_bad_input_gives_one_line_error_and_exit_code(
+    pool_env: LocalPool, cli: Cli, args: list[str], code: int, fragment: str
+) -> None:
+    r = cli(*args)
+    assert r.exit_code == code, (r.stdout, r.stderr)
+    assert fragment in one_line_error(r)
+
+
+def test_unreachable_server_and_bad_token(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli("queue", "--server", "http://127.0.0.1:9")
+    assert r.exit_code == 5
+    assert "cannot reach http://127.0.0.1:9" in one_line_error(r)
+    r = cli("queue", "--token", "gp_nope")
+    assert r.exit_code == 4
+    assert "token is not valid" in one_line_error(r)
+
+
+def test_someone_elses_job_is_not_found(pool_env: LocalPool, cli: Cli) -> None:
+    assert cli("tenants", "set", "vision").exit_code == 0
+    assert cli("users", "create", "bob", "--role", "member", "--tenant", "vision").exit_code == 0
+    issued = json.loads(cli("tokens", "create", "--user", "bob", "--json").stdout)
+    theirs = cli("submit", "--parsable", "-g", "0.1", "--", "sleep", "30").stdout.strip()
+    bob = {"GPUPOOL_TOKEN": issued["secret"]}
+    for command in ("show", "cancel"):
+        r = cli(command, theirs, env=bob)
+        assert r.exit_code == 3, r.stderr
+        assert "not found" in one_line_error(r)
+    assert theirs not in cli("queue", env=bob).stdout
+    mine = cli("submit", "--parsable", "-g", "0.1", "--", "true", env=bob)
+    assert mine.exit_code == 0, mine.stderr
+    assert (
+        json.loads(cli("show", mine.stdout.strip(), "--json", env=bob).stdout)["job"]["tenant"]
+        == "vision"
+    )
+    assert cli("cancel", theirs).exit_code == 0
+
+
+def test_queue_shows_reason_start_and_slice_then_cancel(pool_env: LocalPool, cli: Cli) -> None:
+    stuck = cli(
+        "submit", "--parsable", "-J", "two-t4", "-g", "2", "--gpu-type", "T4", "--", "true"
+    ).stdout.strip()
+    runs = cli(
+        "submit",
+        "--parsable",
+        "-J",
+        "sleeper",
+        "-g",
+        "0.5",
+        "--gpu-mem",
+        "8GiB",
+        "--",
+        "sleep",
+        "60",
+    ).stdout.strip()
+    with client(pool_env) as gp:
+        gp.wait(runs, until=frozenset({JobState.RUNNING}), timeout_s=60, poll_s=0.2)
+        for _ in range(50):
+            if gp.get(stuck).pending_reason:
+                break
+            gp.clock.sleep(0.2)
+    q = cli("queue")
+    assert q.exit_code == 0
+    header = q.stdout.splitlines()[0].split()
+    assert header[:6] == ["JOBID", "NAME", "USER", "TENANT", "POOL", "ST"]
+    assert "START" in header
+    assert "NODELIST(REASON)" in header
+    assert "SLICE" in header
+    pending = next(x for x in q.stdout.splitlines() if x.startswith(stuck))
+    assert " PD " in pending
+    assert "(NoDeviceOfType" in pending
+    assert "2 T4" in pending
+    running = next(x for x in q.stdout.splitlines() if x.startswith(runs))
+    assert " R " in running
+    assert "0.5 8GiB" in running
+    rows = json.loads(cli("queue", "--json", "-t", "PD").stdout)
+    assert [j["id"] for j in rows if j["id"] == stuck] == [stuck]
+    assert all(j["state"] == "PENDING" for j in rows)
+    r = cli("cancel", stuck, runs)
+    assert r.exit_code == 0
+    with client(pool_env) as gp:
+        assert gp.wait(runs, timeout_s=60, poll_s=0.2).state == "CANCELLED"
+        assert gp.get(stuck).state == "CANCELLED"
+
+
+def test_top_renders_a_frame_from_the_live_pool(pool_env: LocalPool, cli: Cli) -> None:
+    job_id = cli(
+        "submit",
+        "--parsable",
+        "-J",
+        "watched",
+        "-g",
+        "0.5",
+        "--gpu-mem",
+        "10GiB",
+        "--",
+        "sleep",
+        "60",
+    ).stdout.strip()
+    with client(pool_env) as gp:
+        gp.wait(job_id, until=frozenset({JobState.RUNNING}), timeout_s=60, poll_s=0.2)
+    r = cli("top", "--once", "--sort", "alloc")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("gpupool top")
+    assert "devices 3" in lines[0]
+    assert any("pool default: mem_share_ratio" in x for x in lines)
+    first = next(x for x in lines if x.startswith("sim-1"))  # sorted by allocation
+    assert f"{job_id} 0.5" in first
+    assert "A100" in first
+    assert any(x.startswith(job_id) and "watched" in x for x in lines)
+    cli("cancel", job_id)
+
+
+def test_nodes_gpus_drain_and_resume(pool_env: LocalPool, cli: Cli) -> None:
+    nodes = cli("nodes")
+    assert nodes.exit_code == 0
+    assert any(x.startswith("sim-1") and " up " in x for x in nodes.stdout.splitlines())
+    gpus = cli("gpus")
+    rows = [x for x in gpus.stdout.splitlines() if x.startswith("sim-1")]
+    assert len(rows) == 3
+    assert sum("Tesla T4" in x for x in rows) == 1
+    assert all("GPU-" in x for x in rows)
+    assert cli("drain", "sim-1").stdout.strip() == "node sim-1: draining"
+    assert cli("resume", "sim-1").stdout.strip() == "node sim-1: up"
+    assert len(json.loads(cli("gpus", "--json").stdout)) == 3
+
+
+def test_admin_commands_round_trip(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli("pools", "set", "research", "--overcommit", "1.5", "--price", "A100=2.5")
+    assert r.exit_code == 0
+    assert "research" in r.stdout
+    assert "A100=2.5" in r.stdout
+    assert cli("pools", "set", "research", "--price", "A100").exit_code == 2
+    assert cli("tenants", "set", "nlp", "--fair-share", "2").exit_code == 0
+    q = cli("quota", "set", "nlp", "research", "--guaranteed", "1", "--limit", "2")
+    assert q.stdout.strip() == "quota of nlp in research: guaranteed 1 GPU, limit 2"
+    tenants = cli("tenants")
+    assert any(x.startswith("nlp") and "research" in x for x in tenants.stdout.splitlines())
+    assert cli("priority-classes", "set", "urgent", "950").exit_code == 0
+    assert "urgent" in cli("priority-classes").stdout
+    assert cli("users", "create", "carol", "--role", "viewer", "--tenant", "nlp").exit_code == 0
+    created = cli("tokens", "create", "--user", "carol", "--name", "laptop")
+    secret = created.stdout.splitlines()[1]
+    assert secret.startswith("gp_")
+    listing = cli("tokens", "--user", "carol")
+    assert "laptop" in listing.stdout
+    assert secret not in listing.stdout
+    token_id = created.stdout.split()[1]
+    assert cli("tokens", "revoke", token_id).exit_code == 0
+    assert "revoked" in cli("tokens", "--user", "carol").stdout
+    assert cli("queue", env={"GPUPOOL_TOKEN": secret}).exit_code == 4
+    assert cli("quota", "delete", "nlp", "research").exit_code == 0
+    assert cli("users", "delete", "carol").exit_code == 0
+
+
+def test_report_formats(pool_env: LocalPool, cli: Cli, tmp_path: Path) -> None:
+    cli("run", "-g", "0.5", "--", "sleep", "1")
+    table = cli("report", "--since", "1h")
+    assert table.exit_code == 0
+    assert table.stdout.splitlines()[1].split()[:3] == ["TENANT", "JOBS", "GPU-HOURS"]
+    rows = list(
+        csv.DictReader(
+            io.StringIO(cli("report", "-b", "tenant", "-b", "gpu-type", "-F", "csv").stdout)
+        )
+    )
+    assert rows
+    assert {"tenant", "gpu_model", "gpu_hours", "idle_gpu_hours", "cost"} <= set(rows[0])
+    assert float(next(r for r in rows if r["tenant"] == "default")["gpu_hours"]) > 0
+    data = json.loads(cli("report", "-F", "json", "-b", "pool").stdout)
+    assert data["group_by"] == ["pool"]
+    assert data["lines"]
+    page = tmp_path / "usage.html"
+    r = cli("report", "-F", "html", "-o", str(page), "--buckets", "4")
+    assert r.exit_code == 0
+    assert page.read_text().count('class="chart"') == 3
+
+
+def test_precheck_reports_server_and_token(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli("precheck", "--only", "server", "--only", "token", "--only", "disk")
+    assert r.exit_code == 0, r.stdout
+    lines = r.stdout.splitlines()
+    assert [x.split()[:2] for x in lines] == [
+        ["PASS", "disk"],
+        ["PASS", "server"],
+        ["PASS", "token"],
+    ]
+    full = cli("precheck", "--json")
+    names = [c["name"] for c in json.loads(full.stdout)]
+    assert names == ["driver", "cuda-visible", "mps", "mig", "disk", "server", "token"]
+    bad = cli("precheck", "--only", "token", "--token", "gp_bad")
+    assert bad.exit_code == 1
+    assert bad.stdout.startswith("FAIL  token")
+
+
+def test_login_saves_a_private_config_that_later_commands_use(
+    pool_env: LocalPool, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = cli("login", "--server", pool_env.url, "--token", pool_env.admin_token)
+    assert r.exit_code == 0, r.stderr
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "gpupool" / "config.toml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    monkeypatch.delenv("GPUPOOL_SERVER")
+    monkeypatch.setenv("GPUPOOL_HOME", str(tmp_path / "empty-home"))
+    assert cli("queue").exit_code == 0
+    assert cli("login", "--server", pool_env.url, "--token", "gp_wrong").exit_code == 4
+    assert cli("logout").exit_code == 0
+    assert not path.exists()
