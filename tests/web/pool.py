@@ -80,7 +80,7 @@ class LivePool:
         self.procs.append(proc)
         return proc
 
-    def start(self) -> None:
+    def start(self, *, agent: bool = True) -> None:
         self._spawn(
             "server", "server", "--home", str(self.home), "--port", str(self.port),
             "--heartbeat", "0.5",
@@ -100,10 +100,12 @@ class LivePool:
             self.call("admin", "POST", "/v1/users", {"name": name, "role": role, "tenant": team})
             self.tokens[name] = self.call("admin", "POST", "/v1/tokens", {"user": name})["secret"]
         self.call("admin", "POST", "/v1/users", {"name": "web-agent", "role": "agent"})
-        agent_token = self.root / "agent-token"
+        agent_token = self.agent_token = self.root / "agent-token"
         agent_token.write_text(
             self.call("admin", "POST", "/v1/tokens", {"user": "web-agent"})["secret"]
         )
+        if not agent:
+            return
         self._spawn(
             "agent", "agent", "--server", self.url, "--token-file", str(agent_token),
             "--simulate", GPU_SPEC, "--node", NODE, "--state-dir", str(self.root / "agent"),

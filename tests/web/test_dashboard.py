@@ -205,7 +205,11 @@ def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
     assert node.locator("tbody tr").count() == GPU_COUNT
     assert "up" in node.locator("h2").inner_text()
     assert node.get_by_role("button", name=f"Drain {NODE}").count() == 1
-    page.wait_for_function("() => document.querySelectorAll('.spark-line').length > 0")
+    # Sparklines draw once this page has two telemetry samples of a device.
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.spark-line').length >= {3 * GPU_COUNT}",
+        timeout=20_000,
+    )
     check_page(page, "nodes")
     page.screenshot(path=str(shots / "nodes.png"), full_page=True)
 

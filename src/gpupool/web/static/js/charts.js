@@ -20,7 +20,11 @@ export function sparkline(values, { width = 120, height = 28, max = 1, label = '
     role: 'img', 'aria-label': label });
   el.append(svg('title', {}, label));
   el.append(svg('rect', { x: 0, y: 0, width, height, class: 'spark-bg' }));
-  if (pts.length) el.append(svg('polyline', { points: pts.join(' '), class: 'spark-line' }));
+  if (pts.length > 1) el.append(svg('polyline', { points: pts.join(' '), class: 'spark-line' }));
+  else if (pts.length === 1) {
+    const [x, y] = pts[0].split(',');
+    el.append(svg('circle', { cx: x, cy: y, r: 1.5, class: 'spark-dot' }));
+  }
   return el;
 }
 

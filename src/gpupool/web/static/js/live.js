@@ -3,7 +3,7 @@
 // Live is an event target. It emits:
 //   "job"       {job, time, from, to}  a job the user may see changed state
 //   "cluster"   {kind, subject, message, time}  alerts and node changes
-//   "telemetry" {parsed, devices}  a fresh /metrics sample (every TELEMETRY_MS)
+//   "telemetry" {parsed, devices}  a fresh /metrics sample (every TELEMETRY_MS or slower)
 //   "status"    {state: "live" | "reconnecting" | "offline"}
 //   "reconnect" the stream came back: views reload what they show
 // History keeps the last HISTORY samples of each device for sparklines.
@@ -68,11 +68,22 @@ export class Live extends EventTarget {
     }
   }
 
+  // The poll backs off on big pools (at most a fifth of the time spent fetching) and pauses
+  // while the tab is hidden, so an idle tab on a 1,000-GPU pool costs the server little.
   async runTelemetry() {
     const { signal } = this.abort;
     while (!signal.aborted) {
+      if (document.hidden) {
+        await new Promise((resolve) => {
+          const wake = () => { document.removeEventListener('visibilitychange', wake); resolve(); };
+          document.addEventListener('visibilitychange', wake);
+          signal.addEventListener('abort', wake, { once: true });
+        });
+        continue;
+      }
+      const t0 = performance.now();
       await this.sampleTelemetry();
-      await sleep(TELEMETRY_MS, signal);
+      await sleep(Math.max(TELEMETRY_MS, 5 * (performance.now() - t0)), signal);
     }
   }
 

@@ -66,7 +66,7 @@ export function render(ctx, root) {
         h('h2', {}, t.display_name || t.name, t.display_name ? h('span', { class: 'muted' }, ` ${t.name}`) : null),
         h('dl', { class: 'figures' },
           h('dt', {}, 'Fair share'), h('dd', {}, `${fmtNum(t.fair_share)} (${fmtPct(shareOfShares)} of all)`),
-          h('dt', {}, 'Usage, 7 days'), h('dd', {}, `${fmtNum(hours.get(t.name) || 0)} GPU-h (${fmtPct(usageShare)})`),
+          h('dt', {}, 'Usage, 7 days'), h('dd', {}, `${fmtNum(hours.get(t.name) || 0, 3)} GPU-h (${fmtPct(usageShare)})`),
           h('dt', {}, 'Standing'), h('dd', { class: 'standing' }, fmtNum(standing(usageShare, shareOfShares), 2))),
         quotaRows.length ? h('table', { class: 'quotas' },
           h('caption', { class: 'visually-hidden' }, `Quotas of ${t.name}`),
