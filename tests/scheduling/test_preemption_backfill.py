@@ -146,7 +146,7 @@ def test_freed_room_is_kept_for_the_preemptor_and_not_handed_to_others():
         .node("n1", gpus=2)
         .run("low", node="n1", devices=[0, 1], priority=100, preemptible=True)
         .job("urgent", gpus=1, priority=900, submit=1)
-        .job("other", gpus=1, priority=500, submit=2)
+        .job("other", gpus=0.5, priority=500, submit=2)  # another shape: no cached failure
         .build()
     )
     d = schedule(snap)
