@@ -27,7 +27,7 @@ from tests.scheduling.builders import SnapshotBuilder, uuid
 NOW = 10_000.0
 TENANTS = ("ta", "tb", "tc")
 SETTINGS = settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 
 
