@@ -118,6 +118,21 @@ def test_submitted_job_appears_without_reload_and_its_slice_shows_on_its_gpu(
     page.wait_for_selector(f"#jobs-body tr[data-job='{job_id}'][data-state='RUNNING']")
     assert "0.5 GPU" in row.inner_text()
     assert_not_reloaded(page)
+
+    # Sorting by a column header orders the rows and says so to assistive technology.
+    page.click("#jobs-table th button[data-key='name']")
+    page.wait_for_selector("#jobs-table th[aria-sort='ascending'] button[data-key='name']")
+    names = page.locator("#jobs-body tr[data-job] td:nth-child(2)").all_inner_texts()
+    assert names == sorted(names)
+    # Filtering by state asks the server and keeps only matching rows.
+    page.select_option("form.filters select[name='state']", "RUNNING")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_function(
+        """() => { const rows = [...document.querySelectorAll('#jobs-body tr[data-job]')];
+          return rows.length > 0 && rows.every((r) => r.dataset.state === 'RUNNING'); }"""
+    )
+    assert page.locator(f"#jobs-body tr[data-job='{job_id}']").count() == 1
+    check_page(page, "jobs")
     page.screenshot(path=str(shots / "jobs.png"), full_page=True)
 
     job = pool.job(job_id)
@@ -143,13 +158,24 @@ def test_member_cannot_see_another_teams_job(page: Any, pool: LivePool, shots: P
     assert "alice-secret" not in page.locator("#jobs-table").inner_text()
     # A member has no team filter: it sees one team only.
     assert page.locator("form.filters input[name='tenant']").count() == 0
+    # Live updates carry the member's own team only: of two jobs submitted together, its
+    # own appears without a reload and the other team's never does.
+    theirs_live = pool.submit("alice", "alice-live", gpus="0.25")
+    mine_live = pool.submit("bob", "bob-live", gpus="0.25")
+    page.wait_for_selector(f"#jobs-body tr[data-job='{mine_live}']")
+    pool.wait_state(theirs_live, "RUNNING", "PENDING")
+    assert page.locator(f"#jobs-body tr[data-job='{theirs_live}']").count() == 0
 
     # Opening the other team's job by its address shows "not found", as the API says.
     page.goto(f"{pool.url}/#/jobs/{theirs}")
     page.wait_for_selector("h1:has-text('Job not found')")
     assert page.locator("#cancel").count() == 0
     page.screenshot(path=str(shots / "job-other-team.png"))
-    for job_id in (theirs, mine):
+    # A member may look at nodes but not drain them: the page offers no such button.
+    page.click("#nav >> text=Nodes")
+    page.wait_for_selector(f".card.node[data-node='{NODE}']")
+    assert page.get_by_role("button", name=f"Drain {NODE}").count() == 0
+    for job_id in (theirs, mine, theirs_live, mine_live):
         pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
 
 
@@ -212,6 +238,13 @@ def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
     )
     check_page(page, "nodes")
     page.screenshot(path=str(shots / "nodes.png"), full_page=True)
+    # Drain and resume from the page (admin holds node:manage); the API agrees each time.
+    node.get_by_role("button", name=f"Drain {NODE}").click()
+    page.wait_for_selector(f".card.node[data-node='{NODE}'] h2:has-text('draining')")
+    assert pool.call("admin", "GET", f"/v1/nodes/{NODE}")["state"] == "draining"
+    page.get_by_role("button", name=f"Resume {NODE}").click()
+    page.wait_for_selector(f".card.node[data-node='{NODE}'] h2:has-text('up')")
+    assert pool.call("admin", "GET", f"/v1/nodes/{NODE}")["state"] == "up"
 
     page.click("#nav >> text=Teams")
     team = page.locator(".card.team[data-tenant='team-a']")
