@@ -355,6 +355,9 @@ def tokens_create(  # noqa: PLR0917 - typer options
     user: Annotated[str | None, typer.Option(help="whose token (default: yours)")] = None,
     name: Annotated[str, typer.Option(help="a label, e.g. laptop")] = "",
     ttl: Annotated[str | None, typer.Option(help="lifetime, e.g. 90d (default: no expiry)")] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="print only the secret (for scripts)")
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -369,6 +372,9 @@ def tokens_create(  # noqa: PLR0917 - typer options
         issued = gp.create_token(user, name, ttl_s)
         if json_out:
             print_json(issued)
+            return
+        if quiet:
+            typer.echo(issued.secret)
             return
         typer.echo(f"token {issued.id} for {issued.user}; the secret is shown only now:")
         typer.echo(issued.secret)
