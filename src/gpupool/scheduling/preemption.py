@@ -40,7 +40,7 @@ from gpupool.domain.jobs import Job
 from gpupool.scheduling.capacity import ClusterCapacity
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import PreemptionReason
-from gpupool.scheduling.fit import Placed, place_job, release_all
+from gpupool.scheduling.fit import Placed, allocate_all, place_job, release_all
 from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
@@ -261,6 +261,33 @@ class CheapestVictims:
             else:
                 c.release_on(work)
         return tuple(chosen)
+
+
+def hold(live: CapacityArrays, plan: Plan) -> None:
+    """Apply ``plan`` to the live arrays: the job's room is taken, and nothing else is freed.
+
+    The victims keep running until they have stopped, so what they hold beyond the job's needs
+    must not go to anybody else in this cycle: on their nodes, free capacity ends at most what
+    it was before the preemption.
+    """
+    rows = sorted({n for v in plan.victims for n in v.nodes})
+    before = [
+        (
+            live.free_milli[n].copy(),
+            live.free_mem[n].copy(),
+            live.cpu_free[n],
+            live.host_mem_free[n],
+        )
+        for n in rows
+    ]
+    for victim in plan.victims:
+        victim.release_on(live)
+    allocate_all(live, plan.placed)
+    for n, (milli, mem, cpu, host) in zip(rows, before, strict=True):
+        live.free_milli[n] = live.free_milli[n].clip(max=milli)
+        live.free_mem[n] = live.free_mem[n].clip(max=mem)
+        live.cpu_free[n] = min(int(live.cpu_free[n]), int(cpu))
+        live.host_mem_free[n] = min(int(live.host_mem_free[n]), int(host))
 
 
 class NoPreemption:

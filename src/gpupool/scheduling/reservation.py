@@ -89,25 +89,31 @@ class Timeline:
             return None
         if first == 0:
             return self.now, self._checkpoints[0][1].copy()
-        start, arrays = self._checkpoints[first - 1]
+        lo, arrays = self._checkpoints[first - 1]
+        hi = self._checkpoints[first][0]
+        # Binary search for the fewest releases after which it fits: ``work`` holds the state
+        # after ``lo`` releases (does not fit); the state after ``hi`` releases fits.
         work = arrays.copy()
-        k = start
-        while k < len(self.releases):
-            rel = self.releases[k]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = work.copy()
+            for rel in self.releases[lo:mid]:
+                trial.release(rel.shape, rel.choice)
+            if fits(trial):
+                hi = mid
+            else:
+                lo, work = mid, trial
+        for rel in self.releases[lo:hi]:
             work.release(rel.shape, rel.choice)
+        last = self.releases[hi - 1]
+        k = hi
+        # Everything that ends at the same moment is free then too.
+        while (
+            k < len(self.releases) and last.time is not None and self.releases[k].time == last.time
+        ):
+            work.release(self.releases[k].shape, self.releases[k].choice)
             k += 1
-            if fits(work):
-                # Everything that ends at the same moment is free then too.
-                while (
-                    k < len(self.releases)
-                    and rel.time is not None
-                    and self.releases[k].time == rel.time
-                ):
-                    nxt = self.releases[k]
-                    work.release(nxt.shape, nxt.choice)
-                    k += 1
-                return (None if rel.time is None else max(rel.time, self.now)), work
-        return None  # pragma: no cover - the checkpoint said it fits
+        return (None if last.time is None else max(last.time, self.now)), work
 
     def estimate(self, fits: Callable[[CapacityArrays], bool]) -> float | None:
         found = self.earliest(fits)

@@ -54,6 +54,7 @@ from gpupool.scheduling.preemption import (
     PreemptionStage,
     Request,
     candidates_for,
+    hold,
     make_preemption,
 )
 from gpupool.scheduling.reservation import (
@@ -84,6 +85,9 @@ class _Pool:
     diagnosis: dict[_ShapeKey, tuple[PendingReason, str]] = field(default_factory=dict)
     estimates: dict[_ShapeKey, float | None] = field(default_factory=dict)
     timeline: Timeline | None = None
+    # (shape, replicas, priority, tenant) that found no victims: capacity only shrinks and the
+    # victim pool only narrows during a cycle, so they would find none again.
+    preempt_failed: set[tuple[Shape, int, int, str]] = field(default_factory=set)
     both: CapacityArrays | None = None  # live and shadow intersected (see _Cycle.target)
     both_of: CapacityArrays | None = None  # the shadow ``both`` was built from
 
@@ -414,6 +418,9 @@ class _Cycle:
             or pool.backfill.reservation is not None
         ):
             return False
+        failed_key = (shape, replicas, job.priority, job.tenant)
+        if failed_key in pool.preempt_failed:
+            return False
         candidates = candidates_for(
             job,
             in_quota_managed=self.snapshot.quota(job.tenant, pool.name) is not None,
@@ -425,6 +432,7 @@ class _Cycle:
             config=config,
         )
         if not candidates:
+            pool.preempt_failed.add(failed_key)
             return False
         self.preemptors += 1
         plan = self.preemption.plan(
@@ -440,28 +448,9 @@ class _Cycle:
             )
         )
         if plan is None:
+            pool.preempt_failed.add(failed_key)
             return False
-        live = pool.live
-        rows = sorted({n for v in plan.victims for n in v.nodes})
-        before = [
-            (
-                live.free_milli[n].copy(),
-                live.free_mem[n].copy(),
-                live.cpu_free[n],
-                live.host_mem_free[n],
-            )
-            for n in rows
-        ]
-        for victim in plan.victims:
-            victim.release_on(live)
-        allocate_all(live, plan.placed)
-        # What the victims free beyond the job's needs is still in use until they stop:
-        # nobody else may take it in this cycle.
-        for n, (milli, mem, cpu, host) in zip(rows, before, strict=True):
-            live.free_milli[n] = live.free_milli[n].clip(max=milli)
-            live.free_mem[n] = live.free_mem[n].clip(max=mem)
-            live.cpu_free[n] = min(int(live.cpu_free[n]), int(cpu))
-            live.host_mem_free[n] = min(int(live.host_mem_free[n]), int(host))
+        hold(pool.live, plan)
         graces = [0.0]
         for victim in plan.victims:
             self.taken.add(victim.job_id)
