@@ -34,7 +34,7 @@ OUTPUT = REPO_ROOT / "test-output" / "web"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/web/test_dashboard" in str(item.fspath):
+        if item.path.name in ("test_dashboard.py", "test_modules.py"):
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
 
@@ -63,7 +63,8 @@ def browser() -> Iterator[Any]:
         _missing("the playwright package is not installed: pip install -e '.[dev]'")
     path = chromium_path()
     if path is None:
-        _missing("chromium not found at /usr/bin/chromium (apt-get install chromium)")
+        where = os.environ.get("GPUPOOL_CHROMIUM") or "/usr/bin/chromium"
+        _missing(f"chromium not found at {where} (apt-get install chromium, or GPUPOOL_CHROMIUM)")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         try:
@@ -85,17 +86,26 @@ def pool(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[Liv
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A fresh browser context (empty sessionStorage) and page; page errors fail the test."""
+    """A fresh browser context (empty sessionStorage) and page.
+
+    Uncaught page errors and content-security-policy violations fail the test.
+    """
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     pg = context.new_page()
     pg.set_default_timeout(15_000)
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def on_console(msg: Any) -> None:
+        if msg.type == "error" and "Content Security Policy" in msg.text:
+            errors.append(msg.text)
+
+    pg.on("console", on_console)
     try:
         yield pg
     finally:
         context.close()
-    assert not errors, f"JavaScript errors in the page: {errors}"
+    assert not errors, f"JavaScript errors or CSP violations in the page: {errors}"
 
 
 @pytest.fixture(scope="session")
