@@ -7,10 +7,19 @@ user's would be (``$GPUPOOL_SERVER`` and the standalone ``$GPUPOOL_HOME/admin-to
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import os
+import pty
+import select
+import signal
 import stat
+import struct
+import subprocess
+import sys
+import termios
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -327,3 +336,85 @@ def test_login_saves_a_private_config_that_later_commands_use(
     assert cli("login", "--server", pool_env.url, "--token", "gp_wrong").exit_code == 4
     assert cli("logout").exit_code == 0
     assert not path.exists()
+
+
+def _pool_env(pool: LocalPool) -> dict[str, str]:
+    return {
+        **os.environ,
+        "GPUPOOL_HOME": str(pool.home),
+        "GPUPOOL_SERVER": pool.url,
+        "TERM": "xterm-256color",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 30.0) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{needle!r} never appeared; got {seen[-400:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+    return seen
+
+
+def test_top_is_interactive_in_a_terminal_s_sorts_and_q_quits(pool_env: LocalPool) -> None:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 180, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpupool.cli", "top", "-d", "0.5"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=_pool_env(pool_env),
+        start_new_session=True,
+    )
+    os.close(slave)
+    try:
+        _read_until(master, b"sort: node")
+        os.write(master, b"s")
+        _read_until(master, b"sort: util")
+        os.write(master, b"q")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+
+
+def test_ctrl_c_on_run_cancels_the_job(pool_env: LocalPool) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpupool.cli",
+            "run",
+            "-J",
+            "interrupted",
+            "-g",
+            "0.1",
+            "--",
+            "sleep",
+            "60",
+        ],
+        env=_pool_env(pool_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    with client(pool_env) as gp:
+        for _ in range(300):
+            jobs = gp.list(name="interrupted", state=["RUNNING"])
+            if jobs:
+                break
+            time.sleep(0.1)
+        assert jobs, "the job never started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        assert f"cancelled job {jobs[0].id}" in err.decode()
+        assert gp.wait(jobs[0].id, timeout_s=60, poll_s=0.2).state == "CANCELLED"

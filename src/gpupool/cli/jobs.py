@@ -241,13 +241,19 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
 
 
 def _follow(gp: Client, job: JobView) -> int:
-    """Stream the job's output until it ends; the exit code to leave with."""
-    done = gp.wait(job.id, until=frozenset(JobState) - {JobState.PENDING, JobState.REQUEUED})
-    if not JobState(done.state).is_terminal or done.state == "COMPLETED" or done.start_time:
+    """Stream the job's output until it ends; the exit code to leave with.
+
+    Ctrl-C cancels the job (as with srun) and exits 130.
+    """
+    try:
         for line in gp.logs(job.id, follow=True):
             sys.stdout.write(line)
             sys.stdout.flush()
-    final = gp.wait(job.id)
+        final = gp.wait(job.id)
+    except KeyboardInterrupt:
+        gp.cancel(job.id, reason="interrupted: Ctrl-C on gpupool run")
+        typer.echo(f"\ncancelled job {job.id}", err=True)
+        return 130
     if final.state == "COMPLETED":
         return 0
     typer.echo(
