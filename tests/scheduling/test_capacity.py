@@ -63,7 +63,7 @@ def test_topology_slots_fall_back_to_index_order_without_nvlink_information():
 
 
 def test_the_timeline_finds_the_first_release_after_which_a_job_fits():
-    b = SnapshotBuilder(now=0).node("n1", gpus=100)
+    b = SnapshotBuilder(now=0).node("n1", gpus=100, cpus=128)
     for i in range(100):
         b.run(f"r{i}", node="n1", devices=[i], expected_end=float(100 + i))
     snap = b.build()
