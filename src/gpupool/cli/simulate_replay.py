@@ -119,7 +119,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
             failures=failures,
         )
     except (InvalidValue, TraceFormatError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
     clock = SystemClock()

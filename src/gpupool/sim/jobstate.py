@@ -29,7 +29,10 @@ def saved_work(elapsed_s: float, checkpoint_interval_s: float | None) -> float:
     """Work kept when a run is interrupted after ``elapsed_s`` seconds."""
     if checkpoint_interval_s is None or elapsed_s <= 0:
         return 0.0
-    return math.floor(elapsed_s / checkpoint_interval_s) * checkpoint_interval_s
+    # The tolerance keeps a checkpoint that falls exactly on ``elapsed_s`` from being lost to
+    # floating-point rounding (start + 2c - start may come out a hair below 2c).
+    count = math.floor(elapsed_s / checkpoint_interval_s + 1e-9)
+    return min(count * checkpoint_interval_s, elapsed_s)
 
 
 def last_checkpoint(start: float, now: float, checkpoint_interval_s: float | None) -> float | None:

@@ -485,8 +485,11 @@ class Replay:
             replicas = tuple(replace(r, last_checkpoint_time=ckpt) for r in self._running[job_id])
             self._running[job_id] = replicas
             sim.replicas = replicas
-            if interval is not None and ckpt is not None:
-                heapq.heappush(heap, (ckpt + interval, job_id, run))
+            if interval is not None:
+                upcoming = (ckpt if ckpt is not None else sim.run_start) + interval
+                while upcoming <= now:  # never re-queue a time already passed
+                    upcoming += interval
+                heapq.heappush(heap, (upcoming, job_id, run))
 
     def _accrue_usage(self, now: float) -> None:
         """Decay each tenant's usage to ``now`` and add what it held since the last instant."""

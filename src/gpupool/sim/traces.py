@@ -84,8 +84,9 @@ def parse_synthetic(text: str, seed: int = 0) -> SyntheticSpec:
         try:
             changes[key.strip()] = int(value) if kind == "int" else float(value)
         except ValueError:
+            what = "a whole number" if kind == "int" else "a number"
             raise InvalidValue(
-                f"synthetic trace field {key}={value!r} is not a {kind}", field="trace"
+                f"synthetic trace field {key}={value!r} is not {what}", field="trace"
             ) from None
     try:
         return replace(spec, **changes)  # type: ignore[arg-type]
