@@ -14,6 +14,7 @@ from gpupool import __version__
 from gpupool.cli.agent import run_agent
 from gpupool.cli.commands import install as install_client_commands
 from gpupool.cli.server import server
+from gpupool.cli.simulate import simulate_app
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobspec import parse_job_yaml
 from gpupool.domain.units import format_duration, format_gpus, format_memory
@@ -25,6 +26,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(simulate_app, name="simulate")
 app.command(name="agent")(run_agent)
 app.command(name="server")(server)
 install_client_commands(app)
@@ -70,16 +72,26 @@ def up(
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
     port: int = typer.Option(8470, help="port of the API server"),
     home: Path | None = typer.Option(None, help="gpupool home (default $GPUPOOL_HOME)"),  # noqa: B008
+    simulate: str | None = typer.Option(
+        None, help="simulate GPUs (e.g. 4xA100-80GB,2xT4); default: real GPUs, else 4xA100-80GB"
+    ),
 ) -> None:
-    """Run the pool on this machine: API server, SQLite store and scheduling loop.
+    """Run the pool on this machine: API server, SQLite store, scheduling loop and local agent.
 
-    Example: ``gpupool up --port 8470``
+    Example: ``gpupool up --port 8470 --simulate 2xA100-80GB,2xT4``
     """
+    from gpupool.cli.agent import start_local_agent
     from gpupool.cli.server import serve
     from gpupool.control.settings import ServerSettings
 
-    typer.echo(f"gpupool {__version__}: API on http://{host}:{port} (docs at /docs); Ctrl-C stops")
-    serve(ServerSettings.build(home, host=host, port=port))
+    settings = ServerSettings.build(home, host=host, port=port)
+    typer.echo(f"gpupool {__version__}: dashboard http://{host}:{port}/, API docs at /docs")
+    local = start_local_agent(settings, simulate)
+    try:
+        serve(settings)
+    finally:
+        local.stop()
+        typer.echo("gpupool stopped; running jobs are re-adopted when it starts again")
 
 
 def main() -> None:

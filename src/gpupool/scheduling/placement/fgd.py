@@ -105,7 +105,7 @@ class FragScoreCache:
     _version: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _frag: FloatArray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     _frag_version: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _shapes: dict[ShapeKey, _ShapeEntry] = field(default_factory=dict)
+    _shapes: dict[tuple[ShapeKey, bool], _ShapeEntry] = field(default_factory=dict)
 
     def set_distribution(self, dist: ShapeDistribution) -> None:
         self.dist = dist
@@ -158,35 +158,37 @@ class FragScoreCache:
         return result
 
     def best(
-        self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray, integer: bool
+        self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray, tight: bool = False
     ) -> tuple[FloatArray, IntArray]:
-        """Best delta (or integer paper score when ``integer``) and GPU for every node.
+        """Best fragmentation drop and GPU of every node for ``shape``.
 
-        Infeasible nodes get ``IMPOSSIBLE``. For a share the GPU is the one with the best score
-        (lowest index on ties); otherwise it is -1 and the slots come from the best-fit rule.
+        Infeasible nodes get ``IMPOSSIBLE``. For a share the GPU is the one with the best integer
+        paper score; ties go to the lowest index or, with ``tight``, to the GPU with the least
+        free milli (then the exact drop). The drop returned is that GPU's exact drop. Other shapes
+        get GPU -1: their slots come from the best-fit rule.
         """
         assert self.dist is not None
         n = capacity.num_nodes
-        key = (*shape_key(shape), integer)
-        entry = self._shapes.get(key)  # type: ignore[arg-type]
+        key = (shape_key(shape), tight)
+        entry = self._shapes.get(key)
         if entry is None:
             entry = _ShapeEntry(
                 delta=np.full(n, IMPOSSIBLE),
                 gpu=np.full(n, -1, dtype=np.int64),
                 version=np.full(n, -1, dtype=np.int64),
             )
-            self._shapes[key] = entry  # type: ignore[index]
+            self._shapes[key] = entry
         rows = np.flatnonzero(feasible & (entry.version != self._version))
         if len(rows):
-            delta, gpu = self._evaluate(capacity, shape, rows, integer)
+            delta, gpu = self._evaluate(capacity, shape, rows, tight)
             entry.delta[rows] = delta
             entry.gpu[rows] = gpu
             entry.version[rows] = self._version[rows]
-        scores = np.where(feasible, entry.delta, IMPOSSIBLE)
+        scores: FloatArray = np.where(feasible, entry.delta, IMPOSSIBLE)
         return scores, entry.gpu
 
     def _evaluate(
-        self, capacity: CapacityArrays, shape: Shape, rows: IntArray, integer: bool
+        self, capacity: CapacityArrays, shape: Shape, rows: IntArray, tight: bool
     ) -> tuple[FloatArray, IntArray]:
         assert self.dist is not None
         old = self.fragmentation(capacity, rows)
@@ -195,35 +197,33 @@ class FragScoreCache:
         cpu = capacity.cpu_free[rows] - shape.cpu_milli
         model = capacity.node_model[rows]
         k, g = free.shape
+        none = np.full(k, -1, dtype=np.int64)
         if shape.count == 0:
-            new = node_fragmentation(free, usable, cpu, model, self.dist)
-            delta = old - new
-            return (paper_score(delta).astype(np.float64) if integer else delta), np.full(
-                k, -1, dtype=np.int64
-            )
+            delta: FloatArray = old - node_fragmentation(free, usable, cpu, model, self.dist)
+            return delta, none
         fits = capacity.slot_fits(shape)[rows]
-        if shape.is_sharing:
-            eye = np.eye(g, dtype=np.int64) * shape.milli
-            cand = free[:, None, :] - eye[None, :, :]  # [K, G(candidate), G(slot)]
-            new = node_fragmentation(
-                cand,
-                np.broadcast_to(usable[:, None, :], cand.shape),
-                np.broadcast_to(cpu[:, None], (k, g)),
-                np.broadcast_to(model[:, None], (k, g)),
-                self.dist,
-            )
-            delta = old[:, None] - new
-            value = paper_score(delta).astype(np.float64) if integer else delta
-            value = np.where(fits, value, IMPOSSIBLE)
-            gpu = np.argmax(value, axis=1).astype(np.int64)
-            best: FloatArray = value[np.arange(k), gpu]
-            return best, gpu
-        new_free, _ = after_placement(free, fits, shape)
-        new = node_fragmentation(new_free, usable, cpu, model, self.dist)
-        delta = old - new
-        return (paper_score(delta).astype(np.float64) if integer else delta), np.full(
-            k, -1, dtype=np.int64
+        if not shape.is_sharing:
+            new_free, _ = after_placement(free, fits, shape)
+            delta = old - node_fragmentation(new_free, usable, cpu, model, self.dist)
+            return delta, none
+        eye = np.eye(g, dtype=np.int64) * shape.milli
+        cand = free[:, None, :] - eye[None, :, :]  # [K, G(candidate), G(slot)]
+        new = node_fragmentation(
+            cand,
+            np.broadcast_to(usable[:, None, :], cand.shape),
+            np.broadcast_to(cpu[:, None], (k, g)),
+            np.broadcast_to(model[:, None], (k, g)),
+            self.dist,
         )
+        exact = np.where(fits, old[:, None] - new, IMPOSSIBLE)
+        rank = np.where(fits, paper_score(exact).astype(np.float64), IMPOSSIBLE)
+        if tight:
+            # Among equal integer scores: least free milli left, then the larger exact drop.
+            rank = rank * 1e7 + np.where(fits, (MILLI_PER_GPU - free) * 1e3, 0.0)
+            rank += np.where(fits, np.clip(exact, -499.0, 499.0), 0.0)
+        gpu = np.argmax(rank, axis=1).astype(np.int64)
+        best: FloatArray = exact[np.arange(k), gpu]
+        return best, gpu
 
 
 def shares_choice(capacity: CapacityArrays, shape: Shape, node: int, gpu: int) -> Choice:
@@ -274,9 +274,10 @@ class FGDPolicy:
             self._cache.set_distribution(ShapeDistribution.from_weights(weights, num_models))
             self._dirty = False
         self._cache.sync(capacity)
-        scores, gpu = self._cache.best(capacity, shape, feasible, integer=True)
+        delta, gpu = self._cache.best(capacity, shape, feasible)
+        scores = np.where(feasible, paper_score(delta), -1)
         node = int(np.argmax(scores))
-        if scores[node] == IMPOSSIBLE:
+        if not feasible[node]:
             return None
         return shares_choice(capacity, shape, node, int(gpu[node]))
 

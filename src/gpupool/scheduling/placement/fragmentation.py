@@ -65,6 +65,11 @@ class ShapeDistribution:
     count: IntArray
     allowed: BoolArray
     prob: FloatArray
+    keys: tuple[ShapeKey, ...] = ()
+
+    def probabilities(self) -> dict[ShapeKey, float]:
+        """``prob`` by shape key (to compare two distributions)."""
+        return {key: float(p) for key, p in zip(self.keys, self.prob, strict=True)}
 
     @property
     def size(self) -> int:
@@ -101,6 +106,7 @@ class ShapeDistribution:
             count=np.asarray([k[2] for k, _ in chosen], dtype=np.int64),
             allowed=allowed,
             prob=prob,
+            keys=tuple(k for k, _ in chosen),
         )
 
     @classmethod

@@ -14,6 +14,7 @@ from gpupool.scheduling.placement.base import PlacementPolicy, PolicyOptions
 from gpupool.scheduling.placement.bestfit import BestFit
 from gpupool.scheduling.placement.dotprod import DotProdPolicy
 from gpupool.scheduling.placement.fgd import FGDPolicy
+from gpupool.scheduling.placement.fragaware import FragAwarePolicy
 from gpupool.scheduling.placement.gpuclustering import GpuClusteringPolicy
 from gpupool.scheduling.placement.gpupacking import GpuPackingPolicy
 from gpupool.scheduling.placement.random_policy import RandomPolicy
@@ -28,6 +29,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "bestfit": BestFit,
     "dotprod": DotProdPolicy,
     "fgd": FGDPolicy,
+    "fragaware": FragAwarePolicy,
     "gpuclustering": GpuClusteringPolicy,
     "gpupacking": GpuPackingPolicy,
     "random": RandomPolicy,

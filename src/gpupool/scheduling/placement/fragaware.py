@@ -1,0 +1,196 @@
+"""``fragaware``: gpupool's default placement, fragmentation-aware and learning online.
+
+It scores placements like FGD (:mod:`.fgd`): the integer ``int(sigmoid(dF / 1000) * 100)`` of
+how much the node's fragmentation drops. It differs in what a live scheduler can and cannot know:
+
+- **online shape distribution.** FGD as published counts every pod of the trace before the first
+  placement. ``fragaware`` counts only the shapes it has been shown with :meth:`observe`, each
+  weighted by ``2 ** (-age / half_life)`` (age in arrivals), so the distribution follows a
+  changing mix. Before the first arrival a small **prior** (whole GPUs and common shares) stands in;
+  its pseudo-counts are outweighed after a few arrivals. The distribution in use is replaced
+  when a refreshed one differs from it by more than ``tolerance`` (largest change of one
+  shape's probability), so cached scores survive while the mix is stable.
+- **tie-breaking.** Many nodes share the top integer score. FGD takes the first in node order;
+  ``fragaware`` takes the one that is already most allocated (GPU, then CPU), so used nodes fill
+  up and empty ones stay whole for large replicas; the node order breaks what is left.
+- **GPU choice for a share.** Among GPUs of equal integer score, the one with the least free
+  milli (best fit), so shares pile onto partly used GPUs.
+
+Words: **arrival** = one call of :meth:`observe`; **pseudo-count** = the prior's weight in
+arrivals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.placement.base import (
+    BoolArray,
+    CapacityArrays,
+    Choice,
+    PolicyOptions,
+    Shape,
+)
+from gpupool.scheduling.placement.fgd import FragScoreCache, paper_score, shares_choice
+from gpupool.scheduling.placement.fragmentation import (
+    FloatArray,
+    ShapeDistribution,
+    ShapeKey,
+    shape_key,
+)
+
+#: Shapes assumed before any arrival: (cpu milli, GPU milli per GPU, GPU count, any model).
+PRIOR_SHAPES: tuple[ShapeKey, ...] = (
+    (8000, 1000, 1, None),
+    (4000, 500, 1, None),
+    (4000, 250, 1, None),
+    (16000, 1000, 2, None),
+    (32000, 1000, 8, None),
+)
+
+
+@dataclass(frozen=True)
+class FragAwareConfig:
+    """Knobs of :class:`FragAwarePolicy`; the defaults are what the packing experiment measured.
+
+    ``half_life`` is in arrivals (``None``: every arrival counts the same); ``prior_weight`` is
+    the prior's total pseudo-count; ``refresh_every`` arrivals the distribution is rebuilt and
+    swapped in when a shape's probability moved by more than ``tolerance``; ``tie`` is the
+    tie-break among equal integer scores (``"used"``, ``"bestfit"``, ``"exact"`` or ``"row"``).
+    """
+
+    half_life: float | None = 4000.0
+    prior_weight: float = 5.0
+    refresh_every: int = 64
+    tolerance: float = 0.01
+    tie: str = "used"
+    tight_gpu: bool = True
+
+
+def _tie_used(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
+    """Allocated GPU milli of the node, then allocated CPU (both before this placement)."""
+    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    used_gpu = capacity.gpu_count * MILLI_PER_GPU - free
+    used_cpu = np.maximum(capacity.cpu_total - capacity.cpu_free, 0)
+    key: FloatArray = used_gpu * 1e3 + np.minimum(used_cpu, 999_999) / 1e3
+    return key
+
+
+def _tie_bestfit(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
+    """Least GPU milli left on the node after the placement."""
+    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    key: FloatArray = (16 * MILLI_PER_GPU - (free - shape.total_milli)).astype(np.float64)
+    return key
+
+
+def _tie_exact(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
+    """The exact fragmentation drop."""
+    key: FloatArray = np.clip(delta, -1e6, 1e6) + 1e6
+    return key
+
+
+def _tie_row(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
+    """Nothing: the node order decides."""
+    return np.zeros(capacity.num_nodes, dtype=np.float64)
+
+
+#: Tie-breaks by name; each maps nodes to a key in [0, 1e8), higher wins.
+TIE_BREAKS = {
+    "bestfit": _tie_bestfit,
+    "exact": _tie_exact,
+    "row": _tie_row,
+    "used": _tie_used,
+}
+
+
+class FragAwarePolicy:
+    """FGD scoring with an online, recency-weighted shape distribution and packing tie-breaks."""
+
+    name: ClassVar[str] = "fragaware"
+
+    def __init__(
+        self, options: PolicyOptions | None = None, config: FragAwareConfig | None = None
+    ) -> None:
+        self.options = options or PolicyOptions()
+        self.config = config or FragAwareConfig()
+        if self.config.tie not in TIE_BREAKS:
+            names = ", ".join(sorted(TIE_BREAKS))
+            raise ValueError(f"tie-break {self.config.tie!r} is not known: use one of {names}")
+        self._cache = FragScoreCache()
+        self._weights: dict[ShapeKey, float] = {}
+        self._growth = 1.0  # weight of an arrival now, relative to the weights stored
+        self._arrivals = 0
+        self._since_refresh = 0
+        self._num_models = 0
+        self._current: dict[ShapeKey, float] = {}
+        prior = self.config.prior_weight / len(PRIOR_SHAPES)
+        self._prior = dict.fromkeys(PRIOR_SHAPES, prior)
+
+    @property
+    def distribution(self) -> ShapeDistribution | None:
+        """The shape distribution in use (``None`` before the first placement)."""
+        return self._cache.dist
+
+    # -- learning -------------------------------------------------------------------------
+
+    def observe(self, shape: Shape) -> None:
+        key = shape_key(shape)
+        if self.config.half_life is not None:
+            self._growth *= 2.0 ** (1.0 / self.config.half_life)
+            if self._growth > 1e100:
+                self._weights = {k: w / self._growth for k, w in self._weights.items()}
+                self._growth = 1.0
+        self._weights[key] = self._weights.get(key, 0.0) + self._growth
+        if shape.models is not None:
+            self._num_models = max(self._num_models, len(shape.models))
+        self._arrivals += 1
+        self._since_refresh += 1
+
+    def _learned(self) -> dict[ShapeKey, float]:
+        """Decayed weights of the arrivals plus the prior, in arrival units."""
+        weights = {k: w / self._growth for k, w in self._weights.items()}
+        for key, pseudo in self._prior.items():
+            weights[key] = weights.get(key, 0.0) + pseudo
+        return weights
+
+    def _refresh(self, capacity: CapacityArrays) -> None:
+        due = self._cache.dist is None or self._since_refresh >= self.config.refresh_every
+        if self._arrivals and self._arrivals <= self.config.refresh_every:
+            due = due or self._since_refresh > 0  # learn fast from the first arrivals
+        if not due:
+            return
+        self._since_refresh = 0
+        num_models = max(self._num_models, len(capacity.model_names))
+        dist = ShapeDistribution.from_weights(self._learned(), num_models)
+        probs = dist.probabilities()
+        if (
+            self._cache.dist is not None
+            and _max_change(self._current, probs) <= self.config.tolerance
+        ):
+            return
+        self._current = probs
+        self._cache.set_distribution(dist)
+
+    # -- placing ----------------------------------------------------------------------------
+
+    def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
+        if not feasible.any():
+            return None
+        self._refresh(capacity)
+        self._cache.sync(capacity)
+        delta, gpu = self._cache.best(capacity, shape, feasible, tight=self.config.tight_gpu)
+        tie = TIE_BREAKS[self.config.tie](capacity, shape, delta)
+        key = np.where(feasible, paper_score(delta) * 1e9 + np.clip(tie, 0.0, 9.99e8), -np.inf)
+        node = int(np.argmax(key))
+        if not feasible[node]:
+            return None
+        return shares_choice(capacity, shape, node, int(gpu[node]))
+
+
+def _max_change(old: dict[ShapeKey, float], new: dict[ShapeKey, float]) -> float:
+    keys = set(old) | set(new)
+    return max((abs(old.get(k, 0.0) - new.get(k, 0.0)) for k in keys), default=0.0)
