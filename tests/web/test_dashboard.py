@@ -268,3 +268,16 @@ def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
     csv = Path(info.value.path()).read_text(encoding="utf-8")
     assert csv.splitlines()[0].startswith("tenant,user,pool,gpu_model,gpu_hours")
     pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
+
+
+def test_pending_job_page_says_why_it_waits(page: Any, pool: LivePool, shots: Path) -> None:
+    job_id = pool.submit("alice", "too-big", gpus="8")
+    sign_in(page, pool, "alice", f"#/jobs/{job_id}")
+    page.wait_for_selector("h1:has-text('too-big')")
+    page.wait_for_selector(".facts dt:has-text('Why pending')")
+    why = page.locator(".facts dt:has-text('Why pending') + dd").inner_text()
+    assert why.strip()
+    assert page.locator(".facts dt:has-text('Estimated start')").count() == 1
+    assert page.locator("#cancel").count() == 1
+    page.screenshot(path=str(shots / "job-pending.png"), full_page=True)
+    pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})

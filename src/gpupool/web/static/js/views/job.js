@@ -14,6 +14,7 @@ export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 
   'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL']);
 
 const LOG_MS = 2000;
+const PENDING_MS = 5000;
 const LOG_LINES = 200;
 
 const ISOLATION = {
@@ -46,6 +47,7 @@ export function render(ctx, root, { id }) {
 
   let job = null;
   let logTimer = null;
+  let pendingTimer = null;
   let logsMissing = false;
   let disposed = false;
 
@@ -163,6 +165,10 @@ export function render(ctx, root, { id }) {
     drawFactors();
     await drawEvents().catch(() => {});
     if (!logTimer) tailLog();
+    // The scheduler revises why a job waits and its estimated start every cycle without a
+    // state change (so without a stream event): re-read a pending job now and then.
+    clearTimeout(pendingTimer);
+    if (!disposed && job.state === 'PENDING') pendingTimer = setTimeout(load, PENDING_MS);
   }
 
   const offs = [
@@ -170,5 +176,10 @@ export function render(ctx, root, { id }) {
     live.on('reconnect', () => load()),
   ];
   load();
-  return () => { disposed = true; offs.forEach((off) => off()); if (logTimer) clearTimeout(logTimer); };
+  return () => {
+    disposed = true;
+    offs.forEach((off) => off());
+    clearTimeout(logTimer);
+    clearTimeout(pendingTimer);
+  };
 }
