@@ -173,3 +173,36 @@ def test_logs_show_the_latest_attempt_from_local_agent_folders(tmp_path: Path) -
     assert {r.job_id for r in running_slices(tmp_path)} == {"j1", "other"}
     gp = mock(lambda _r: httpx.Response(200, json=job_json("COMPLETED")), tmp_path)
     assert "".join(gp.logs("j1")) == "second\npartial"
+
+
+def test_wait_follows_a_requeue_and_times_out_on_a_manual_clock(tmp_path: Path) -> None:
+    from gpupool.client.errors import WaitTimeout
+    from gpupool.control.clock import ManualClock
+
+    states = iter(["RUNNING", "PREEMPTED", "PREEMPTED", "REQUEUED", "PENDING", "COMPLETED"])
+    gp = Client(
+        "http://pool.test",
+        "gp_t",
+        home=tmp_path,
+        clock=ManualClock(),
+        transport=httpx.MockTransport(lambda _r: httpx.Response(200, json=job_json(next(states)))),
+    )
+    assert gp.wait("j1").state == "COMPLETED"
+    stuck = Client(
+        "http://pool.test",
+        "gp_t",
+        home=tmp_path,
+        clock=ManualClock(),
+        transport=httpx.MockTransport(lambda _r: httpx.Response(200, json=job_json("PENDING"))),
+    )
+    with pytest.raises(WaitTimeout, match="still PENDING after 30s"):
+        stuck.wait("j1", timeout_s=30)
+    failed = iter(["FAILED"] * 10)
+    once = Client(
+        "http://pool.test",
+        "gp_t",
+        home=tmp_path,
+        clock=ManualClock(),
+        transport=httpx.MockTransport(lambda _r: httpx.Response(200, json=job_json(next(failed)))),
+    )
+    assert once.wait("j1").state == "FAILED"  # a few looks, then it is final

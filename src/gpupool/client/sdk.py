@@ -281,13 +281,21 @@ class Client:
         Raises :class:`WaitTimeout` after ``timeout_s``.
         """
         deadline = None if timeout_s is None else self.clock.monotonic() + timeout_s
+        settle = REQUEUE_SETTLE_POLLS
         while True:
             job = self.get(job_id)
             state = JobState(job.state)
             if until is not None and state in until:
                 return job
             if until is None and job_has_ended(job):
-                return job
+                # PREEMPTED, NODE_FAIL, BOOT_FAIL and FAILED may still move on to REQUEUED:
+                # look again a few times before calling the job ended.
+                if state not in MAY_REQUEUE or settle <= 0:
+                    return job
+                settle -= 1
+                self.clock.sleep(min(poll_s, 0.5))
+                continue
+            settle = REQUEUE_SETTLE_POLLS
             if deadline is not None and self.clock.monotonic() >= deadline:
                 raise WaitTimeout(
                     f"job {job_id} is still {job.state} after {timeout_s:g}s: "
@@ -442,12 +450,18 @@ class Client:
         self.request("DELETE", f"/v1/tokens/{token_id}")
 
 
-def job_has_ended(job: JobView) -> bool:
-    """True when the job is terminal and will not come back to the queue by itself.
+#: Terminal states a requeue policy may still bring back to the queue.
+MAY_REQUEUE = frozenset(
+    {JobState.PREEMPTED, JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.FAILED}
+)
+REQUEUE_SETTLE_POLLS = 3
 
-    PREEMPTED / NODE_FAIL / BOOT_FAIL / FAILED with a requeue pending move on to REQUEUED
-    shortly; the server records that move, so a terminal state here is final unless a later
-    poll shows REQUEUED.
+
+def job_has_ended(job: JobView) -> bool:
+    """True when the job is in a terminal state.
+
+    A job in one of :data:`MAY_REQUEUE` may still move on to REQUEUED (the server records that
+    move shortly after); :meth:`Client.wait` polls a few more times before trusting those.
     """
     return JobState(job.state).is_terminal
 
