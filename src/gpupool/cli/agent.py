@@ -18,10 +18,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpupool.domain.errors import GpupoolError
+
+if TYPE_CHECKING:
+    from gpupool.agent.local import LocalAgent
+    from gpupool.control.settings import ServerSettings
 
 
 def gpupool_home() -> Path:
@@ -40,6 +45,22 @@ def read_token(path: Path) -> str:
     if not token:
         raise GpupoolError(f"the token file {path} is empty: put the agent token in it")
     return token
+
+
+def start_local_agent(settings: ServerSettings, simulate: str | None) -> LocalAgent:
+    """Start ``gpupool up``'s local agent beside the server being started with ``settings``."""
+    from gpupool.agent.local import LocalAgent
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    local = LocalAgent(
+        home=settings.home,
+        url=f"http://127.0.0.1:{settings.port}",
+        admin_token_path=settings.admin_token_path,
+        simulate=simulate,
+        announce=typer.echo,
+    )
+    local.start()
+    return local
 
 
 def run_agent(  # noqa: PLR0917 - typer options
