@@ -46,8 +46,16 @@ class Transport(Protocol):
 class HttpTransport:
     """The real transport: one keep-alive ``httpx`` connection to the server."""
 
-    def __init__(self, server_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,  # tests pass httpx.MockTransport
+    ) -> None:
         self._client = httpx.Client(
+            transport=transport,
             base_url=server_url.rstrip("/"),
             headers={
                 "Authorization": f"Bearer {token}",

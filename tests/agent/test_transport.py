@@ -1,0 +1,63 @@
+"""The agent's HTTP transport and backoff, against an ``httpx.MockTransport``."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from gpupool.agent.transport import AgentRejected, Backoff, HttpTransport, ServerUnavailable
+from gpupool.schemas.agent import HeartbeatRequest, HeartbeatResponse
+
+
+def transport_answering(status: int, body: object = None) -> HttpTransport:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if status == 0:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(status, json=body)
+
+    t = HttpTransport("http://server:1/", "secret", transport=httpx.MockTransport(handler))
+    t.seen = seen  # type: ignore[attr-defined]
+    return t
+
+
+def test_heartbeat_posts_the_request_with_the_token_and_parses_the_answer() -> None:
+    answer = HeartbeatResponse(epoch=3, heartbeat_interval_s=2.0)
+    t = transport_answering(200, answer.model_dump(mode="json"))
+    got = t.heartbeat(HeartbeatRequest(node="n1", epoch=2))
+    assert got == answer
+    (request,) = t.seen  # type: ignore[attr-defined]
+    assert request.url.path == "/v1/agent/heartbeat"
+    assert request.headers["Authorization"] == "Bearer secret"
+    assert json.loads(request.content)["node"] == "n1"
+
+
+@pytest.mark.parametrize("status", [0, 500, 503, 429])
+def test_network_errors_and_5xx_mean_try_again(status: int) -> None:
+    with pytest.raises(ServerUnavailable):
+        transport_answering(status, {}).heartbeat(HeartbeatRequest(node="n1", epoch=0))
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_token_needs_a_person(status: int) -> None:
+    with pytest.raises(AgentRejected, match="token-file"):
+        transport_answering(status, {}).heartbeat(HeartbeatRequest(node="n1", epoch=0))
+
+
+def test_an_answer_that_is_not_the_protocol_is_not_trusted() -> None:
+    with pytest.raises(ServerUnavailable, match="unexpected answer"):
+        transport_answering(200, {"epoch": "x"}).heartbeat(HeartbeatRequest(node="n", epoch=0))
+
+
+def test_backoff_doubles_with_jitter_up_to_its_cap_and_resets() -> None:
+    b = Backoff(base_s=0.5, cap_s=4.0, seed=1)
+    delays = [b.next_delay() for _ in range(8)]
+    for n, d in enumerate(delays):
+        ceiling = min(4.0, 0.5 * 2**n)
+        assert ceiling / 2 <= d <= ceiling
+    b.reset()
+    assert b.next_delay() <= 0.5
