@@ -25,18 +25,17 @@ from gpupool.control.clock import SystemClock
 from gpupool.domain.units import format_gpus, parse_duration, parse_gpus, parse_memory
 
 
-def _group(name: str, help_text: str) -> typer.Typer:
-    return typer.Typer(
-        name=name, help=help_text, no_args_is_help=False, invoke_without_command=True
-    )
+def _group(name: str) -> typer.Typer:
+    """A command group whose help is its callback's docstring (with examples)."""
+    return typer.Typer(name=name, no_args_is_help=False, invoke_without_command=True)
 
 
-pools_app = _group("pools", "List and change pools (placement, memory overcommit, prices).")
-tenants_app = _group("tenants", "List and change tenants (teams) and their fair share.")
-quota_app = _group("quota", "Set or remove a tenant's quota in a pool.")
-classes_app = _group("priority-classes", "List and set priority classes.")
-users_app = _group("users", "List, create and delete users.")
-tokens_app = _group("tokens", "List, create and revoke API tokens.")
+pools_app = _group("pools")
+tenants_app = _group("tenants")
+quota_app = _group("quota")
+classes_app = _group("priority-classes")
+users_app = _group("users")
+tokens_app = _group("tokens")
 
 
 def _show(value: Any, table: Any, json_out: bool) -> None:
