@@ -127,3 +127,17 @@ def test_node_failure_requeues_its_jobs_from_their_last_checkpoint() -> None:
     assert (other.first_start, other.end_time) == (0, 100)
     assert failed.end_time == 70 + 60
     assert failed.lost_work_s == pytest.approx(10)
+
+
+def test_a_minimum_cycle_interval_coalesces_cycles_onto_its_multiples() -> None:
+    # Cycles only at multiples of 25 s: j1 and j2 start at 25 (j2 ends 75, j1 125); j3 waits
+    # for both GPUs: the cycle after 125 is at 150 (150-180); j4 behind it starts at 200.
+    options = ReplayOptions(tick_s=None, min_cycle_interval_s=25)
+    result = replay(TRACE, cluster(2), get_scenario("exclusive"), options)
+    assert times(result) == {
+        "j1": (25, 125),
+        "j2": (25, 75),
+        "j3": (150, 180),
+        "j4": (200, 210),
+    }
+    assert result.cycles == 5  # at 25, 50, 100, 150 and 200

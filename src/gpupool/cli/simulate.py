@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from gpupool.cli.simulate_replay import replay_command
 from gpupool.domain.errors import GpupoolError
 from gpupool.scheduling.placement.registry import make_policy
 from gpupool.sim.packing import RunSpec, run_many
@@ -117,3 +118,7 @@ def packing(
         typer.echo(render_table(summaries, authors))
         if out is not None:
             typer.echo(f"curves, plots and JSON written to {out}")
+
+
+# Trace replays live in their own module (gpupool.cli.simulate_replay).
+simulate_app.command("replay")(replay_command)

@@ -36,6 +36,7 @@ class EventKind(enum.IntEnum):
     NODE_UP = 3  # a failed node is back
     ARRIVAL = 4  # a job is submitted
     TICK = 5  # the control loop's periodic tick: a cycle even when nothing else happened
+    CYCLE = 6  # a coalesced scheduling cycle is due (with a minimum cycle interval)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpupool.domain.jobs import Job, JobSpec
@@ -68,6 +68,9 @@ class ReplayOptions:
     the periodic tick off. ``usage_half_life_s`` is the fair-share usage decay.
     ``expected_duration`` says whether the scheduler is told each job's true run time
     (``oracle``) or nothing (``unknown``) for its start-time estimates and backfill.
+    ``min_cycle_interval_s`` ``None`` runs one cycle per distinct event instant; a number
+    coalesces cycles onto multiples of it (events still happen at their own times, jobs start
+    at the next cycle), like a control loop with a minimum interval between cycles.
     """
 
     checkpoint_interval_s: float | None = 3600.0
@@ -77,11 +80,14 @@ class ReplayOptions:
     max_restarts: int = 1000
     expected_duration: str = "oracle"
     failures: tuple[NodeFailure, ...] = ()
+    min_cycle_interval_s: float | None = None
     max_cycles_per_instant: int = 64
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval_s is not None and self.checkpoint_interval_s <= 0:
             raise ValueError("checkpoint interval must be above 0 seconds, or None for never")
+        if self.min_cycle_interval_s is not None and self.min_cycle_interval_s <= 0:
+            raise ValueError("the minimum cycle interval must be above 0 seconds, or None")
         if self.tick_s is not None and self.tick_s <= 0:
             raise ValueError("tick must be above 0 seconds, or None for no tick")
         if self.expected_duration not in ("oracle", "unknown"):
@@ -163,6 +169,8 @@ class Replay:
         self._tick_pending = False
         self._idle_ticks = 0
         self._ended = 0
+        self._cycle_pending = False
+        self._arrivals: list[str] = []  # arrived since the last cycle
 
     # ------------------------------------------------------------------ the loop
 
@@ -177,6 +185,7 @@ class Replay:
             self.queue.push(failure.at, Event(EventKind.NODE_DOWN, failure.node))
             self.queue.push(failure.at + failure.repair_s, Event(EventKind.NODE_UP, failure.node))
         total = len(self.workload.jobs)
+        interval = self.options.min_cycle_interval_s
         last_reported = -1
         now = 0.0
         same_instant = 0
@@ -190,13 +199,25 @@ class Replay:
                 )
             now = time
             self._accrue_usage(now)
-            arrivals: list[str] = []
-            ticked = False
+            due = interval is None
+            only_timers = True  # the batch holds nothing but ticks and coalesced cycles
             for event in batch:
                 self.events += 1
-                ticked |= self._handle(event, now, arrivals)
-            changed = self._cycle(now, arrivals) if self._pending else False
-            self._after_cycle(now, changed, ticked)
+                if event.kind is EventKind.CYCLE:
+                    due = True
+                    self._cycle_pending = False
+                else:
+                    only_timers &= self._handle(event, now)
+            changed = False
+            if self._pending and due:
+                changed = self._cycle(now)
+            elif self._pending and not self._cycle_pending and interval is not None:
+                # Coalesce: the next cycle runs at the next multiple of the interval.
+                self.queue.push(
+                    (math.floor(now / interval) + 1) * interval, Event(EventKind.CYCLE, "cycle")
+                )
+                self._cycle_pending = True
+            self._after_cycle(now, changed, only_timers)
             self._sample(now)
             if progress is not None and self._ended != last_reported and self.events % 256 < 8:
                 progress(self._ended, total)
@@ -222,30 +243,32 @@ class Replay:
             transitions=self.transitions,
         )
 
-    def _after_cycle(self, now: float, changed: bool, ticked: bool) -> None:
+    def _after_cycle(self, now: float, changed: bool, only_timers: bool) -> None:
         """Keep the periodic tick going while jobs wait and something may still change."""
+        if changed:
+            self._idle_ticks = 0
+        elif only_timers:
+            self._idle_ticks += 1
         tick = self.options.tick_s
         if tick is None or self._tick_pending or not self._pending:
             return
-        if ticked and not changed:
-            self._idle_ticks += 1
-        elif changed:
-            self._idle_ticks = 0
         # With other events still to come, ticks are cheap insurance; with none, stop after
-        # enough idle ticks to outlast the scheduler's preemption exemption.
-        limit = math.ceil(self.scenario.config.preempt_exempt_s / tick) + 1
-        if len(self.queue) == 0 and self._idle_ticks > limit:
+        # enough idle ticks to outlast the scheduler's preemption exemption (a coalesced
+        # cycle after each tick counts as one more idle batch, hence the factor 2).
+        others = len(self.queue) - (1 if self._cycle_pending else 0)
+        limit = 2 * (math.ceil(self.scenario.config.preempt_exempt_s / tick) + 1)
+        if others == 0 and self._idle_ticks > limit:
             return
         self.queue.push(now + tick, Event(EventKind.TICK, "tick"))
         self._tick_pending = True
 
     # ------------------------------------------------------------------ events
 
-    def _handle(self, event: Event, now: float, arrivals: list[str]) -> bool:
+    def _handle(self, event: Event, now: float) -> bool:
         kind = event.kind
         if kind is EventKind.ARRIVAL:
             self._arrive(event.subject, now)
-            arrivals.append(event.subject)
+            self._arrivals.append(event.subject)
         elif kind is EventKind.FINISH:
             self._finish(event, now)
         elif kind is EventKind.STOPPED:
@@ -257,7 +280,7 @@ class Replay:
         elif kind is EventKind.TICK:
             self._tick_pending = False
             return True
-        return False
+        return False  # a real event, not a timer
 
     def _move(self, sim: SimJob, target: JobState, now: float, reason: str | None = None) -> None:
         sim.job, _ = transition(sim.job, target, now=now, reason=reason)
@@ -401,13 +424,14 @@ class Replay:
             usage=self._usage,
         )
 
-    def _cycle(self, now: float, arrivals: Iterable[str]) -> bool:
+    def _cycle(self, now: float) -> bool:
         decision = self._schedule(self._snapshot(now), self.scenario.config)
         self.cycles += 1
         for start in decision.starts:
             self._start(start, now)
         for preemption in decision.preemptions:
             self._preempt(preemption.victim, preemption.for_job, now)
+        arrivals, self._arrivals = self._arrivals, []
         if not self._down:
             for job_id in arrivals:
                 info = decision.pending.get(job_id)
