@@ -206,3 +206,13 @@ def test_wait_follows_a_requeue_and_times_out_on_a_manual_clock(tmp_path: Path) 
         transport=httpx.MockTransport(lambda _r: httpx.Response(200, json=job_json(next(failed)))),
     )
     assert once.wait("j1").state == "FAILED"  # a few looks, then it is final
+
+
+def test_logs_of_a_job_on_another_machine_say_where_they_are(tmp_path: Path) -> None:
+    from gpupool.client.errors import EXIT_NOT_FOUND, LogsUnavailable
+
+    view = job_json("RUNNING") | {"nodes": ["gpu-07"]}
+    gp = mock(lambda _r: httpx.Response(200, json=view), tmp_path)
+    with pytest.raises(LogsUnavailable, match="kept by the agent on gpu-07") as info:
+        list(gp.logs("j1"))
+    assert info.value.exit_code == EXIT_NOT_FOUND

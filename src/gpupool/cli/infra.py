@@ -6,6 +6,7 @@ A **draining** node keeps its running jobs but takes no new ones; ``resume`` put
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -59,7 +60,9 @@ def gpus(
                 [
                     {
                         "device": d,
-                        "telemetry": samples[d.uuid].__dict__ if d.uuid in samples else None,
+                        "telemetry": dataclasses.asdict(samples[d.uuid])
+                        if d.uuid in samples
+                        else None,
                     }
                     for d in devices
                 ]

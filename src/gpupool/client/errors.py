@@ -39,6 +39,12 @@ class ServerUnreachable(ClientError):
     exit_code = EXIT_UNREACHABLE
 
 
+class LogsUnavailable(ClientError):
+    """The job's logs are not on this machine (the server does not serve logs yet)."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
 class WaitTimeout(ClientError):
     """``Client.wait`` gave up before the job ended."""
 

@@ -31,7 +31,13 @@ from pydantic import BaseModel, TypeAdapter
 
 from gpupool import __version__
 from gpupool.client.config import Resolved, gpupool_home, resolve
-from gpupool.client.errors import ApiError, ConfigError, ServerUnreachable, WaitTimeout
+from gpupool.client.errors import (
+    ApiError,
+    ConfigError,
+    LogsUnavailable,
+    ServerUnreachable,
+    WaitTimeout,
+)
 from gpupool.client.local import find_replicas
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
 from gpupool.control.clock import Clock, SystemClock
@@ -327,11 +333,9 @@ class Client:
                         yield prefix + line
             elif not follow and JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
                 where = ", ".join(job.nodes) or "its node"
-                raise ApiError(
-                    404,
-                    "no logs here",
+                raise LogsUnavailable(
                     f"no logs of job {job_id} on this machine: they are kept by the agent on "
-                    f"{where} under $GPUPOOL_HOME/agent (the server does not serve logs yet)",
+                    f"{where} under $GPUPOOL_HOME/agent (the server does not serve logs yet)"
                 )
             if not follow or job_has_ended(job):
                 return
