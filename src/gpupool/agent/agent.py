@@ -39,6 +39,7 @@ from gpupool.agent.node import (
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.transport import Backoff, ServerUnavailable, Transport
+from gpupool.agent.usage import newest_mtime, usage_by_replica
 from gpupool.control.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
 from gpupool.gpu.health import HealthTracker
@@ -52,7 +53,6 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.procs import session_of
 from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -211,31 +211,16 @@ class Agent:
         self.backend.set_workload(workloads)
         return self.backend.sample()
 
-    def _usage_by_replica(self, telemetry: Telemetry) -> dict[str, dict[str, int]]:
-        """GPU memory per replica and device, from per-process readings."""
-        by_session = {
-            r.observed.pid: key
-            for key, r in self.replicas.items()
-            if r.observed is not None and r.observed.pid is not None
-        }
-        usage: dict[str, dict[str, int]] = {}
-        for sample in telemetry.devices:
-            for proc in sample.processes:
-                if proc.used_memory_mib is None:
-                    continue
-                key = by_session.get(proc.pid)
-                if key is None:
-                    sid = session_of(proc.pid)
-                    key = by_session.get(sid) if sid is not None else None
-                if key is None:
-                    continue
-                per = usage.setdefault(key, {})
-                per[sample.uuid] = per.get(sample.uuid, 0) + proc.used_memory_mib
-        return usage
-
     def _enforce_memory(self, telemetry: Telemetry) -> None:
         now = self.clock.now()
-        usage = self._usage_by_replica(telemetry)
+        usage = usage_by_replica(
+            telemetry,
+            {
+                r.observed.pid: key
+                for key, r in self.replicas.items()
+                if r.observed is not None and r.observed.pid is not None
+            },
+        )
         watched = []
         for key, r in self.replicas.items():
             if r.observed is None or r.observed.status != RUNNING:
@@ -305,7 +290,7 @@ class Agent:
                     isolation=r.isolation,
                     local_reason=r.local_reason,
                     local_stop=r.local_stop,
-                    checkpoint_time=_mtime(r.checkpoint_dir),
+                    checkpoint_time=newest_mtime(r.checkpoint_dir),
                 )
             )
         return HeartbeatRequest(
@@ -488,15 +473,3 @@ class Agent:
             status = r.observed.status if r.observed else "unknown"
             counts[status] = counts.get(status, 0) + 1
         return counts
-
-
-def _mtime(path: str | None) -> float | None:
-    """When the newest file in a checkpoint folder was written; ``None`` when it is empty."""
-    if path is None:
-        return None
-    try:
-        with os.scandir(path) as entries:
-            times = [e.stat().st_mtime for e in entries]
-    except OSError:
-        return None
-    return max(times) if times else None
