@@ -216,3 +216,32 @@ def test_logs_of_a_job_on_another_machine_say_where_they_are(tmp_path: Path) -> 
     with pytest.raises(LogsUnavailable, match="kept by the agent on gpu-07") as info:
         list(gp.logs("j1"))
     assert info.value.exit_code == EXIT_NOT_FOUND
+
+
+def test_submit_retries_a_lost_connection_with_the_same_idempotency_key(tmp_path: Path) -> None:
+    from gpupool.control.clock import ManualClock
+
+    keys: list[str] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        keys.append(json.loads(request.content)["idempotency_key"])
+        if len(keys) < 3:
+            raise httpx.ReadTimeout("lost", request=request)
+        return httpx.Response(201, json={"job": job_json("PENDING"), "created": False})
+
+    gp = Client(
+        "http://pool.test",
+        "gp_t",
+        home=tmp_path,
+        clock=ManualClock(),
+        transport=httpx.MockTransport(flaky),
+    )
+    job = gp.submit(name="x", command=["true"])
+    assert job.id == "j1"
+    assert len(keys) == 3
+    assert len(set(keys)) == 1
+    assert keys[0].startswith("sdk-")
+    keys.clear()
+    with pytest.raises(ServerUnreachable):
+        gp.submit(name="x", command=["true"], retries=1, idempotency_key="mine")
+    assert keys == ["mine", "mine"]

@@ -13,6 +13,7 @@ clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing e
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,6 +36,15 @@ from gpupool.metrics.definitions import REGISTRY
 from gpupool.web.routes import router as web_router
 
 log = logging.getLogger("gpupool.api")
+
+
+#: Environment variable carrying the settings to worker processes of ``gpupool server --workers``.
+SETTINGS_ENV = "GPUPOOL_SERVER_SETTINGS"
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker process: settings from ``$GPUPOOL_SERVER_SETTINGS``."""
+    return create_app(ServerSettings.from_json(os.environ[SETTINGS_ENV]))
 
 
 def create_app(

@@ -65,7 +65,7 @@ def _bearer(request: Request) -> str | None:
 
 
 def principal(request: Request, svc: Annotated[Services, Depends(services)]) -> Principal:
-    with svc.cp.tx() as s:
+    with svc.cp.read() as s:
         who = authenticate(s, _bearer(request), svc.cp.now())
     request.state.principal = who
     return who

@@ -23,32 +23,56 @@ from gpupool.control.settings import ServerSettings
 from gpupool.domain.errors import GpupoolError
 
 
-def serve(settings: ServerSettings, *, log_level: str = "warning") -> None:
-    """Run the server until interrupted; errors a person can act on exit with code 2."""
+def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int = 1) -> None:
+    """Run the server until interrupted; errors a person can act on exit with code 2.
+
+    With ``workers > 1`` the store is prepared here, then uvicorn starts that many worker
+    processes; each runs the scheduling loop, and the leader lease lets one of them schedule.
+    """
+    import os
+
     import uvicorn
 
-    from gpupool.api.app import create_app
+    from gpupool.api.app import SETTINGS_ENV, create_app
+    from gpupool.control.bootstrap import bootstrap
+    from gpupool.control.context import ControlPlane
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        app = create_app(settings)
+        if workers > 1:
+            cp = ControlPlane(settings)
+            cp.prepare()
+            wrote = bootstrap(cp) is not None
+            cp.close()
+            app = None
+        else:
+            app = create_app(settings)
+            wrote = app.state.admin_token_path is not None
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     token = settings.admin_token_path
-    if app.state.admin_token_path is not None:
+    if wrote:
         typer.echo(f"admin token written to {token} (mode 0600): keep it safe")
     else:
         typer.echo(f"admin token: {token} (written at first start)")
     store = "SQLite" if settings.database_url.startswith("sqlite") else "PostgreSQL"
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=log_level, access_log=False
-    )
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"gpupool server starting on {url} ({store}; API docs at {url}/docs)")
-    uvicorn.Server(config).run()
+    common = {"host": settings.host, "port": settings.port, "log_level": log_level}
+    if app is not None:
+        uvicorn.Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
+        return
+    os.environ[SETTINGS_ENV] = settings.to_json()
+    uvicorn.run(
+        "gpupool.api.app:app_from_environment",
+        factory=True,
+        workers=workers,
+        access_log=False,
+        **common,  # type: ignore[arg-type]
+    )
 
 
 def server(  # noqa: PLR0917 - one typer option per parameter
@@ -63,6 +87,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     heartbeat: float = typer.Option(5.0, help="agent heartbeat interval, seconds"),
     node_timeout: float = typer.Option(30.0, help="silence before a node is marked down, seconds"),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
+    workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
 ) -> None:
     """Run the control plane: REST API, store and scheduling loop.
 
@@ -79,4 +104,4 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         node_timeout_s=node_timeout,
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
-    serve(settings, log_level=log_level)
+    serve(settings, log_level=log_level, workers=workers)

@@ -161,7 +161,7 @@ class AccountingService:
             query = query.where(UsageModel.tenant == tenant)
         sums: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         jobs: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             for row in s.scalars(query):
                 key = tuple(str(getattr(row, g)) for g in group_by)
                 acc = sums[key]

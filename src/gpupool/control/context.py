@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.control.errors import Unavailable
 from gpupool.control.settings import ServerSettings
-from gpupool.store.db import is_sqlite, make_engine, session_factory
+from gpupool.store.db import READ_ONLY, is_sqlite, make_engine, session_factory
 from gpupool.store.schema import ensure_schema
 
 log = logging.getLogger("gpupool.control")
@@ -58,6 +58,7 @@ class ControlPlane:
         self.clock: Clock = clock or SystemClock()
         self.engine = engine or make_engine(settings.database_url)
         self.sessions = session_factory(self.engine)
+        self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
 
@@ -76,11 +77,19 @@ class ControlPlane:
         """Wake the scheduling loop (after a submit, a finish, a node change)."""
         self.wakeup.set()
 
+    def read(self) -> AbstractContextManager[Session]:
+        """A read-only transaction (see :meth:`tx`)."""
+        return self.tx(read_only=True)
+
     @contextmanager
-    def tx(self) -> Iterator[Session]:
-        """A transaction: commits on success, rolls back on error; DB outages become 503."""
+    def tx(self, *, read_only: bool = False) -> Iterator[Session]:
+        """A transaction: commits on success, rolls back on error; DB outages become 503.
+
+        ``read_only`` transactions must not write; on SQLite they do not take the write lock.
+        """
+        factory = self.read_sessions if read_only else self.sessions
         try:
-            with self.sessions() as session, session.begin():
+            with factory() as session, session.begin():
                 yield session
         except (OperationalError, DBAPIError, PoolTimeout) as exc:
             if is_db_down(exc):

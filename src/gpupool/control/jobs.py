@@ -95,12 +95,8 @@ class JobService:
         except SpecError as exc:
             raise Invalid("; ".join(str(p) for p in exc.problems)) from None
         tenant = self._tenant_for(principal, spec)
-        if idempotency_key is not None:
-            existing = self._by_key(principal.user, idempotency_key)
-            if existing is not None:
-                return existing, False
         try:
-            return self._insert(actor, spec, tenant, idempotency_key), True
+            return self._insert(actor, spec, tenant, idempotency_key)
         except IntegrityError:
             # A concurrent submit with the same key won the race: return its job.
             if idempotency_key is not None:
@@ -120,15 +116,25 @@ class JobService:
         )
 
     def _by_key(self, user: str, key: str) -> Job | None:
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             row = s.scalar(
                 select(JobModel).where(JobModel.user == user, JobModel.idempotency_key == key)
             )
             return job_from_row(row) if row is not None else None
 
-    def _insert(self, actor: Actor, spec: JobSpec, tenant: str, key: str | None) -> Job:
+    def _insert(
+        self, actor: Actor, spec: JobSpec, tenant: str, key: str | None
+    ) -> tuple[Job, bool]:
         now = self.cp.now()
         with self.cp.tx() as s:
+            if key is not None:
+                existing = s.scalar(
+                    select(JobModel).where(
+                        JobModel.user == actor.principal.user, JobModel.idempotency_key == key
+                    )
+                )
+                if existing is not None:
+                    return job_from_row(existing), False
             if s.get(TenantModel, tenant) is None:
                 raise Invalid(f"tenant {tenant!r} does not exist: ask an admin to create it")
             if s.get(PoolModel, spec.pool) is None:
@@ -162,7 +168,7 @@ class JobService:
             )
             audit.record(s, actor, "job.submit", now, target=job.id)
         self.cp.poke()
-        return job
+        return job, True
 
     # ------------------------------------------------------------------ read
     def _load(self, s: Session, principal: Principal, job_id: str) -> JobModel:
@@ -173,7 +179,7 @@ class JobService:
         return row
 
     def get(self, principal: Principal, job_id: str) -> JobDetail:
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             row = self._load(s, principal, job_id)
             live = list(
                 s.scalars(
@@ -221,7 +227,7 @@ class JobService:
                 (JobModel.submit_time < t) | ((JobModel.submit_time == t) & (JobModel.id < last_id))
             )
         query = query.order_by(JobModel.submit_time.desc(), JobModel.id.desc()).limit(limit + 1)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             rows = list(s.scalars(query))
         more = len(rows) > limit
         rows = rows[:limit]
@@ -229,7 +235,7 @@ class JobService:
         return JobPage([job_from_row(r) for r in rows], next_cursor)
 
     def events(self, principal: Principal, job_id: str) -> list[JobEvent]:
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             self._load(s, principal, job_id)
             rows = s.scalars(
                 select(JobEventModel)

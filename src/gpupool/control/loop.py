@@ -128,7 +128,7 @@ class SchedulingLoop:
         """Run one cycle as the leader (raises NotLeader if the lease is not ours)."""
         t0 = self.cp.clock.monotonic()
         now = self.cp.now()
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             snapshot, versions = build_snapshot(s, now)
         if not snapshot.pending:
             return CycleResult(seconds=self.cp.clock.monotonic() - t0)

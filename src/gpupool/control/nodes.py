@@ -123,7 +123,7 @@ class NodeService:
 
     def list_nodes(self, principal: Principal) -> list[NodeView]:
         require(principal, Permission.NODE_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             devices: dict[str, list[Device]] = {}
             for d in s.scalars(select(DeviceModel).order_by(DeviceModel.node, DeviceModel.index)):
                 devices.setdefault(d.node, []).append(device_from_row(d))

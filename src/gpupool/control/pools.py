@@ -37,12 +37,12 @@ class PoolService:
 
     def list_pools(self, principal: Principal) -> list[Pool]:
         require(principal, Permission.POOL_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             return [pool_from_row(r) for r in s.scalars(select(PoolModel).order_by(PoolModel.name))]
 
     def get(self, principal: Principal, name: str) -> Pool:
         require(principal, Permission.POOL_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             row = s.get(PoolModel, name)
             if row is None:
                 raise NotFound(f"pool {name!r} not found: list pools with `gpupool pool list`")

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -40,6 +42,19 @@ class ServerSettings:
     @property
     def admin_token_path(self) -> Path:
         return self.home / "admin-token"
+
+    def to_json(self) -> str:
+        """The settings as JSON, for server worker processes (see :meth:`from_json`)."""
+        data = dataclasses.asdict(self)
+        data["home"] = str(self.home)
+        data.pop("server_id")
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerSettings:
+        data = json.loads(text)
+        data["home"] = Path(data["home"])
+        return cls(**data)
 
     @classmethod
     def build(

@@ -19,7 +19,7 @@ from gpupool.store.models import DeviceModel, JobModel, NodeModel, SliceModel
 
 def read_sample(cp: ControlPlane) -> ClusterSample:
     hot_c = cp.settings.temperature_alert_c
-    with cp.tx() as s:
+    with cp.read() as s:
         held = {
             uuid: (int(m or 0), int(mem or 0))
             for uuid, m, mem in s.execute(

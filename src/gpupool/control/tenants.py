@@ -37,7 +37,7 @@ class TenantService:
     # -- tenants
     def list_tenants(self, principal: Principal) -> list[Tenant]:
         require(principal, Permission.TENANT_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             query = select(TenantModel).order_by(TenantModel.name)
             if not principal.cluster_wide:
                 query = query.where(TenantModel.name == principal.tenant)
@@ -45,7 +45,7 @@ class TenantService:
 
     def get(self, principal: Principal, name: str) -> tuple[Tenant, list[Quota]]:
         require(principal, Permission.TENANT_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             row = s.get(TenantModel, name)
             if row is None or not tenant_visible(principal, name):
                 raise _not_found(name)
@@ -125,7 +125,7 @@ class TenantService:
     # -- priority classes
     def list_priority_classes(self, principal: Principal) -> list[PriorityClass]:
         require(principal, Permission.POOL_READ)
-        with self.cp.tx() as s:
+        with self.cp.read() as s:
             rows = s.scalars(select(PriorityClassModel).order_by(PriorityClassModel.value))
             return [priority_class_from_row(r) for r in rows]
 

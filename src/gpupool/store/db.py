@@ -52,9 +52,17 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+#: Execution option marking a read-only transaction (SQLite then begins it DEFERRED).
+READ_ONLY = "gpupool_read_only"
+
+
 def _sqlite_begin(conn: Any) -> None:
-    # IMMEDIATE takes the write lock at BEGIN, so read-then-write transactions never deadlock.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # IMMEDIATE takes the write lock at BEGIN, so read-then-write transactions never deadlock;
+    # read-only transactions begin DEFERRED and run beside the writer (WAL readers never block).
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:

@@ -39,7 +39,7 @@ def cluster_events(
     query = select(EventModel).order_by(EventModel.id.desc()).limit(limit)
     if kind is not None:
         query = query.where(EventModel.kind.startswith(kind))
-    with svc.cp.tx() as s:
+    with svc.cp.read() as s:
         return [
             ClusterEventView(
                 id=e.id, time=e.time, kind=e.kind, subject=e.subject, message=e.message
@@ -53,7 +53,7 @@ def _poll(
 ) -> tuple[list[str], tuple[int, int]]:
     last_job, last_cluster = after
     out: list[str] = []
-    with cp.tx() as s:
+    with cp.read() as s:
         query = (
             select(JobEventModel, JobModel.tenant)
             .join(JobModel, JobModel.id == JobEventModel.job_id)

@@ -1,0 +1,263 @@
+"""Control-plane benchmark: submit throughput and latency, and submit-to-assignment latency.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_api.py                 # SQLite and PostgreSQL, a table
+    .venv/bin/python benchmarks/bench_api.py --json          # the same figures as JSON
+    .venv/bin/python benchmarks/bench_api.py --stores sqlite --submits 2000 --nodes 1000
+
+What it measures, each against a real ``gpupool server`` process on a free port:
+
+1. **submits**: ``--clients`` concurrent clients (default 50) send ``--submits`` job submits
+   (each with an idempotency key) as fast as the server answers; reports submits per second
+   and per-request latency p50/p99 (milliseconds, client side, including HTTP). The server
+   runs with ``--no-schedule --workers N`` (``--workers``, default 2) here, so the figure is
+   the API and store path alone.
+2. **submit-to-assignment**: a server with the scheduling loop registers ``--nodes`` simulated
+   nodes (4 GPUs each, registered through the agent API; no heartbeats are sent, the node
+   timeout is set past the run), then ``--placements`` jobs are submitted one at a time and
+   each is polled until the scheduler has committed its assignment (state CONFIGURING).
+   Reports p50/p99 of that latency.
+
+PostgreSQL runs on ``--pg`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``)
+in a fresh database that is dropped afterwards. The client runs on the same machine as the
+server, so both share its CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+LAUNCH = "from gpupool.cli.main import main; main()"
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class Server:
+    def __init__(self, home: Path, database_url: str | None, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [
+            sys.executable,
+            "-c",
+            LAUNCH,
+            "server",
+            "--home",
+            str(home),
+            "--port",
+            str(self.port),
+        ]
+        if database_url:
+            cmd += ["--database-url", database_url]
+        env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_DATABASE_URL"}
+        self.log = open(home.parent / f"server-{self.port}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*cmd, *args], stdout=self.log, stderr=subprocess.STDOUT, env=env
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("server did not start")
+        self.token = (home / "admin-token").read_text().strip()
+        self.headers = {"Authorization": f"Bearer {self.token}"}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self.log.close()
+
+
+def _job(i: int, gpus: str = "0.25") -> dict[str, Any]:
+    return {"spec": {"name": f"bench-{i}", "command": ["true"], "resources": {"gpus": gpus}}}
+
+
+async def submit_burst(server: Server, total: int, clients: int) -> dict[str, float]:
+    latencies: list[float] = []
+    counter = iter(range(total))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        base_url=server.url, headers=server.headers, limits=limits, timeout=30
+    ) as c:
+
+        async def worker() -> None:
+            for i in counter:
+                t0 = time.perf_counter()
+                r = await c.post("/v1/jobs", json=_job(i), headers={"Idempotency-Key": f"b{i}"})
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 201:
+                    raise RuntimeError(f"submit failed: {r.status_code} {r.text}")
+
+        # warm-up: every worker up, connections open, caches and database pages warm
+        warm, deadline = 0, time.monotonic() + 60
+        while warm < 100 and time.monotonic() < deadline:
+            try:
+                r = await c.post("/v1/jobs", json=_job(-warm - 1))
+                warm += r.status_code == 201
+            except httpx.TransportError:
+                await asyncio.sleep(0.2)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.perf_counter() - t0
+    return {
+        "submits": total,
+        "clients": clients,
+        "seconds": elapsed,
+        "submits_per_s": total / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+    }
+
+
+def register_nodes(server: Server, nodes: int) -> None:
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+        c.post("/v1/users", json={"name": "bench-agent", "role": "agent"})
+        secret = c.post("/v1/tokens", json={"user": "bench-agent"}).json()["secret"]
+    agent = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=server.url, headers=agent, timeout=30) as c:
+        for n in range(nodes):
+            devices = [
+                {"uuid": f"sim-{n}-{g}", "index": g, "model": "A100-SXM4-80GB", "memory_mib": 81920}
+                for g in range(4)
+            ]
+            body = {
+                "node": f"sim-{n:04d}",
+                "cpu_milli": 64000,
+                "memory_mib": 524288,
+                "agent_version": "bench",
+                "devices": devices,
+            }
+            r = c.post("/v1/agent/register", json=body)
+            if r.status_code != 200:
+                raise RuntimeError(f"register failed: {r.text}")
+
+
+def placement_latency(server: Server, placements: int) -> dict[str, float]:
+    latencies: list[float] = []
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=30) as c:
+        for i in range(placements):
+            t0 = time.perf_counter()
+            job = c.post("/v1/jobs", json=_job(i, "0.5")).json()["job"]["id"]
+            while True:
+                state = c.get(f"/v1/jobs/{job}").json()["state"]
+                if state != "PENDING":
+                    break
+                time.sleep(0.002)
+            latencies.append(time.perf_counter() - t0)
+    return {
+        "placements": placements,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "mean_ms": statistics.fmean(latencies) * 1000,
+    }
+
+
+def fresh_pg(admin_url: str) -> tuple[str, str]:
+    name = f"gpupool_bench_{secrets.token_hex(4)}"
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False), name
+
+
+def drop_pg(admin_url: str, name: str) -> None:
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def run_store(store: str, args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"store": store}
+    for phase in ("submits", "placement"):
+        with tempfile.TemporaryDirectory() as tmp:
+            url, dbname = (None, None)
+            if store == "postgres":
+                url, dbname = fresh_pg(args.pg)
+            try:
+                extra: tuple[str, ...] = ("--node-timeout", "86400")
+                if phase == "submits":
+                    extra = ("--no-schedule", "--workers", str(args.workers))
+                server = Server(Path(tmp) / "home", url, *extra)
+                try:
+                    if phase == "submits":
+                        result["submit"] = asyncio.run(
+                            submit_burst(server, args.submits, args.clients)
+                        )
+                    else:
+                        register_nodes(server, args.nodes)
+                        result["assign"] = placement_latency(server, args.placements)
+                        result["assign"]["nodes"] = args.nodes
+                finally:
+                    server.close()
+            finally:
+                if dbname is not None:
+                    drop_pg(args.pg, dbname)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--submits", type=int, default=3000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--placements", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=2, help="server workers for submits")
+    parser.add_argument("--pg", default=DEFAULT_PG)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    results = [run_store(s.strip(), args) for s in args.stores.split(",") if s.strip()]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(
+        f"| store | submits/s ({args.clients} clients) | submit p50 ms | submit p99 ms | "
+        f"submit-to-assignment p50 ms | p99 ms ({args.nodes} nodes) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        s, a = r["submit"], r["assign"]
+        print(
+            f"| {r['store']} | {s['submits_per_s']:.0f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "
+            f"{a['p50_ms']:.0f} | {a['p99_ms']:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
