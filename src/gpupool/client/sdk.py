@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -214,19 +215,31 @@ class Client:
         spec: Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        retries: int = 2,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
 
         Raises :class:`~gpupool.domain.errors.SpecError` listing every problem before sending.
+        Every submit carries an **idempotency key** (a random one unless given), so when the
+        server cannot be reached or does not answer in time it is retried ``retries`` times
+        with the same key: the server then returns the job the first attempt may have made,
+        never a second one.
         """
         body = merge_spec(spec or {}, options_to_spec(options))
         build_spec(body)
-        payload: dict[str, Any] = {"spec": body}
-        if idempotency_key is not None:
-            payload["idempotency_key"] = idempotency_key
-        response = self.request("POST", "/v1/jobs", json=payload)
-        return SubmitJobResponse.model_validate(response.json()).job
+        key = idempotency_key or f"sdk-{secrets.token_hex(12)}"
+        payload: dict[str, Any] = {"spec": body, "idempotency_key": key}
+        for attempt in range(retries + 1):
+            try:
+                response = self.request("POST", "/v1/jobs", json=payload)
+            except ServerUnreachable:
+                if attempt == retries:
+                    raise
+                self.clock.sleep(0.5 * 2**attempt)
+                continue
+            return SubmitJobResponse.model_validate(response.json()).job
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def get(self, job_id: str) -> JobView:
         """One job with its pending reason, estimated start and priority factors."""
