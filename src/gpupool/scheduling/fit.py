@@ -147,7 +147,7 @@ def replicas_that_fit(capacity: CapacityArrays, shape: Shape, nodes: BoolArray) 
 
 
 def describe(shape: Shape, replicas: int) -> str:
-    """``2 x (1 GPU of 0.5 with 10GiB, 4 CPUs, 16GiB)`` for messages."""
+    """``2 x (0.5 of a GPU with 10GiB each, 4 CPUs, 16GiB host memory)`` for messages."""
     if shape.count == 0:
         gpu = "no GPU"
     elif shape.is_sharing:
@@ -156,7 +156,9 @@ def describe(shape: Shape, replicas: int) -> str:
         gpu = f"{shape.count} GPU{'s' if shape.count > 1 else ''}"
     if shape.count and shape.memory_mib is not None:
         gpu += f" with {format_memory(shape.memory_mib)} each"
-    text = f"{gpu}, {format_cpus(shape.cpu_milli)} CPUs, {format_memory(shape.host_memory_mib)}"
+    text = f"{gpu}, {format_cpus(shape.cpu_milli)} CPUs"
+    if shape.host_memory_mib:
+        text += f", {format_memory(shape.host_memory_mib)} host memory"
     return f"{replicas} x ({text})" if replicas > 1 else text
 
 

@@ -61,7 +61,6 @@ class Candidate:
     borrowing: bool
     work_lost_s: float
     start_time: float
-    reason: PreemptionReason
     held: tuple[tuple[Shape, Choice], ...]  # what each replica holds
 
     @property
@@ -126,57 +125,69 @@ class PreemptionStage(Protocol):
     def plan(self, request: Request) -> Plan | None: ...
 
 
-def candidates_for(
-    job: Job,
-    *,
-    in_quota_managed: bool,
+def preemptible_jobs(
     running: Iterable[tuple[str, tuple[RunningReplica, ...]]],
+    *,
     capacity: ClusterCapacity,
     borrowing: set[str],
-    taken: set[str],
     now: float,
     config: SchedulerConfig,
-) -> tuple[Candidate, ...]:
-    """The running jobs that may be stopped for ``job`` (see the module docstring)."""
-    out: list[Candidate] = []
-    pool = job.spec.pool
+) -> dict[str, tuple[Candidate, ...]]:
+    """Per pool, the running jobs that could be a victim of *some* job this cycle, cheapest first.
+
+    Built once per cycle; :func:`candidates_for` narrows it down for one job.
+    """
+    out: dict[str, list[Candidate]] = {}
     for job_id, replicas in running:
         first = replicas[0]
-        if job_id in taken or first.pool != pool or job_id == job.id:
-            continue
         if not all(r.preemptible for r in replicas) or any(r.stopping for r in replicas):
             continue
         if now - first.start_time < config.preempt_exempt_s:
             continue
-        is_borrowing = job_id in borrowing
-        priority = max(r.priority for r in replicas)
-        if priority < job.priority:
-            reason = PreemptionReason.PRIORITY
-        elif in_quota_managed and is_borrowing and first.tenant != job.tenant:
-            reason = PreemptionReason.RECLAIM
-        else:
-            continue
-        held = []
-        for r in replicas:
-            found = capacity.held_by(r)
-            if found is not None:
-                held.append(found)
+        held = [found for r in replicas if (found := capacity.held_by(r)) is not None]
         if not held:
             continue
-        out.append(
+        out.setdefault(first.pool, []).append(
             Candidate(
                 job_id=job_id,
                 tenant=first.tenant,
-                priority=priority,
-                borrowing=is_borrowing,
+                priority=max(r.priority for r in replicas),
+                borrowing=job_id in borrowing,
                 work_lost_s=max(r.work_since_checkpoint(now) for r in replicas),
                 start_time=first.start_time,
-                reason=reason,
                 held=tuple(held),
             )
         )
-    out.sort(key=lambda c: c.cost)
-    return tuple(out)
+    return {pool: tuple(sorted(c, key=lambda v: v.cost)) for pool, c in out.items()}
+
+
+def victim_reason(
+    job: Job, victim: Candidate, *, in_quota_managed: bool
+) -> PreemptionReason | None:
+    """Why ``victim`` may be stopped for ``job``, or ``None`` when it may not."""
+    if victim.priority < job.priority:
+        return PreemptionReason.PRIORITY
+    if in_quota_managed and victim.borrowing and victim.tenant != job.tenant:
+        return PreemptionReason.RECLAIM
+    return None
+
+
+def candidates_for(
+    job: Job,
+    pool_jobs: tuple[Candidate, ...],
+    *,
+    in_quota_managed: bool,
+    taken: set[str],
+) -> tuple[Candidate, ...]:
+    """The running jobs that may be stopped for ``job`` (see the module docstring), cheapest
+    first."""
+    return tuple(
+        c
+        for c in pool_jobs
+        if c.job_id not in taken
+        and c.job_id != job.id
+        and victim_reason(job, c, in_quota_managed=in_quota_managed) is not None
+    )
 
 
 def _set_cost(victims: tuple[Candidate, ...]) -> tuple[int, int, int, float]:
@@ -218,9 +229,15 @@ class CheapestVictims:
         for c in request.candidates:
             for n in c.nodes:
                 by_node.setdefault(n, []).append(c)
+        # Only nodes where the job would fit with every candidate gone are worth a closer look.
+        for c in request.candidates:
+            c.release_on(work)
+        hopeful = work.feasible_nodes(shape) & request.nodes
+        for c in reversed(request.candidates):
+            c.take_on(work)
         best: tuple[Candidate, ...] | None = None
         for node in sorted(by_node):
-            if not request.nodes[node]:
+            if not hopeful[node]:
                 continue
             chosen: list[Candidate] = []
             for c in by_node[node][: request.max_victims]:

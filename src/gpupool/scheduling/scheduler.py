@@ -51,11 +51,14 @@ from gpupool.scheduling.placement.base import (
 )
 from gpupool.scheduling.placement.registry import make_policy
 from gpupool.scheduling.preemption import (
+    Candidate,
     PreemptionStage,
     Request,
     candidates_for,
     hold,
     make_preemption,
+    preemptible_jobs,
+    victim_reason,
 )
 from gpupool.scheduling.reservation import (
     Blocked,
@@ -118,6 +121,7 @@ class _Cycle:
         self.pending: dict[str, PendingInfo] = {}
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors = 0
+        self.victims: dict[str, tuple[Candidate, ...]] | None = None  # built on first need
         self.borrowing = {j for j in snapshot.running_by_job if self.ledger.is_borrowing(j)}
         self.stopping_for: dict[str, list[float]] = {}
         for r in snapshot.running:
@@ -421,15 +425,17 @@ class _Cycle:
         failed_key = (shape, replicas, job.priority, job.tenant)
         if failed_key in pool.preempt_failed:
             return False
+        if self.victims is None:
+            self.victims = preemptible_jobs(
+                self.snapshot.running_by_job.items(),
+                capacity=self.capacity,
+                borrowing=self.borrowing,
+                now=self.now,
+                config=config,
+            )
+        managed = self.snapshot.quota(job.tenant, pool.name) is not None
         candidates = candidates_for(
-            job,
-            in_quota_managed=self.snapshot.quota(job.tenant, pool.name) is not None,
-            running=self.snapshot.running_by_job.items(),
-            capacity=self.capacity,
-            borrowing=self.borrowing,
-            taken=self.taken,
-            now=self.now,
-            config=config,
+            job, self.victims.get(pool.name, ()), in_quota_managed=managed, taken=self.taken
         )
         if not candidates:
             pool.preempt_failed.add(failed_key)
@@ -462,13 +468,15 @@ class _Cycle:
                 sum(r.gpu_milli for r in replicas_of),
                 sum(r.gpu_memory_mib for r in replicas_of),
             )
+            reason = victim_reason(job, victim, in_quota_managed=managed)
+            assert reason is not None
             why = (
                 f"job {job.id} (priority {job.priority}) outranks it (priority {victim.priority})"
-                if victim.reason is PreemptionReason.PRIORITY
+                if reason is PreemptionReason.PRIORITY
                 else f"tenant {job.tenant} reclaims its guaranteed share, which {victim.tenant} "
                 "was borrowing"
             )
-            self.preemptions.append(Preemption(victim.job_id, job.id, victim.reason, why))
+            self.preemptions.append(Preemption(victim.job_id, job.id, reason, why))
         memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in plan.placed)
         self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
         ids = ", ".join(v.job_id for v in plan.victims)
