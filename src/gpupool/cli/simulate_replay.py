@@ -7,6 +7,7 @@ module parses options, shows a progress bar and renders the report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -20,13 +21,13 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from gpupool.control.clock import SystemClock
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.units import parse_duration
 from gpupool.sim.alibaba import TraceFormatError
+from gpupool.sim.compare import run_scenarios
 from gpupool.sim.failures import random_failures
 from gpupool.sim.metrics import summarise
-from gpupool.sim.replay import NodeFailure, ReplayOptions, ReplayResult, replay
+from gpupool.sim.replay import NodeFailure, ReplayOptions
 from gpupool.sim.report import (
     comparison_table,
     report_dict,
@@ -66,6 +67,10 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     checkpoint: str = typer.Option("1h", help="checkpoint interval (e.g. 30m), or 'none'"),
     grace: str = typer.Option("0s", help="how long a preempted job keeps its slices"),
     tick: str = typer.Option("5m", help="control loop tick while jobs wait, or 'none'"),
+    min_cycle_interval: str = typer.Option(
+        "none", help="coalesce cycles onto multiples of this (e.g. 30s); 'none' = every instant"
+    ),
+    workers: int = typer.Option(1, help="run scenarios in this many processes"),
     node_mtbf: str | None = typer.Option(None, help="inject node failures: mean time between"),
     repair: str = typer.Option("2h", help="how long a failed node stays down"),
     json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -85,6 +90,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
         checkpoint_s = _seconds(checkpoint, "checkpoint")
         grace_s = _seconds(grace, "grace") or 0.0
         tick_s = _seconds(tick, "tick")
+        interval_s = _seconds(min_cycle_interval, "min_cycle_interval")
         mtbf_s = _seconds(node_mtbf, "node_mtbf")
         repair_s = _seconds(repair, "repair") or 0.0
         options = TraceOptions(
@@ -117,32 +123,35 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
             grace_period_s=grace_s,
             tick_s=tick_s,
             failures=failures,
+            min_cycle_interval_s=interval_s,
         )
     except (InvalidValue, TraceFormatError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
-    clock = SystemClock()
-    results: list[ReplayResult] = []
-    timings: dict[str, float] = {}
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
-        disable=not progress,
+        disable=not progress or workers > 1,
     )
+
+    def tracker(name: str) -> Callable[[int, int], None]:
+        task = bar.add_task(f"{name}: jobs done", total=len(workload.jobs))
+
+        def report(done: int, total: int, task: TaskID = task) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return report
+
     with bar:
-        for sc in scenarios:
-            task = bar.add_task(f"{sc.name}: jobs done", total=len(workload.jobs))
-
-            def report(done: int, total: int, task: TaskID = task) -> None:
-                bar.update(task, completed=done, total=total)
-
-            began = clock.monotonic()
-            results.append(replay(workload, sim_cluster, sc, replay_options, progress=report))
-            timings[sc.name] = round(clock.monotonic() - began, 3)
+        timed = run_scenarios(
+            workload, sim_cluster, scenarios, replay_options, workers=workers, progress=tracker
+        )
+    results = [t.result for t in timed]
+    timings = {t.result.scenario: round(t.wall_s, 3) for t in timed}
 
     summaries = [summarise(r) for r in results]
     extra = {
@@ -156,6 +165,8 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
         "checkpoint_interval_s": checkpoint_s,
         "grace_period_s": grace_s,
         "tick_s": tick_s,
+        "min_cycle_interval_s": interval_s,
+        "cycles": {r.scenario: r.cycles for r in results},
         "node_failures_injected": len(failures),
         "wall_s": timings,
     }

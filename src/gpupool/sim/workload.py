@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 from gpupool.domain.nodes import Device, Node
 from gpupool.domain.resources import ResourceRequest
@@ -114,7 +113,7 @@ class Workload:
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.jobs, key=lambda j: (j.submit_time, j.id)))
         object.__setattr__(self, "jobs", ordered)
-        object.__setattr__(self, "skipped", MappingProxyType(dict(self.skipped)))
+        object.__setattr__(self, "skipped", dict(self.skipped))  # a plain dict pickles
         ids = {j.id for j in ordered}
         if len(ids) != len(ordered):
             raise ValueError(f"workload {self.name}: job ids are not unique")
