@@ -166,3 +166,20 @@ def test_readyz_reports_the_database(api: Api) -> None:
     response = api.client.get("/readyz")
     assert response.status_code == 200
     assert response.json()["status"] == "ready"
+
+
+def test_the_event_stream_sends_job_changes_the_caller_may_see(api: Api, cp: ControlPlane) -> None:
+    from gpupool.api.routers.events import poll_events, stream_cursor
+    from gpupool.control.auth import Principal
+    from gpupool.domain.users import Role
+
+    cursor = stream_cursor(cp)
+    mine = api.submit(api.tokens["member"], "mine")
+    theirs = api.submit(api.blue_member, "theirs")
+    member = Principal("member-red", Role.MEMBER, "red", "t")
+    batch, cursor = poll_events(cp, member, cursor)
+    assert any(mine in m for m in batch)
+    assert not any(theirs in m for m in batch)
+    assert all(m.startswith("event: job\ndata: ") for m in batch)
+    again, _ = poll_events(cp, member, cursor)
+    assert again == []

@@ -7,6 +7,7 @@ the one way services open a transaction; a database that is down surfaces as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -60,6 +61,7 @@ class ControlPlane:
         self.sessions = session_factory(self.engine)
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
+        self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
 
     @property
@@ -88,8 +90,11 @@ class ControlPlane:
         ``read_only`` transactions must not write; on SQLite they do not take the write lock.
         """
         factory = self.read_sessions if read_only else self.sessions
+        # SQLite has one writer at a time; queueing writers on a lock here is fairer and much
+        # faster than letting them spin in SQLite's busy handler (which sleeps up to 100 ms).
+        gate = self._write_gate if self.sqlite and not read_only else contextlib.nullcontext()
         try:
-            with factory() as session, session.begin():
+            with gate, factory() as session, session.begin():
                 yield session
         except (OperationalError, DBAPIError, PoolTimeout) as exc:
             if is_db_down(exc):

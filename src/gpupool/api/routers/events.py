@@ -48,7 +48,7 @@ def cluster_events(
         ]
 
 
-def _poll(
+def poll_events(
     cp: ControlPlane, who: Principal, after: tuple[int, int]
 ) -> tuple[list[str], tuple[int, int]]:
     last_job, last_cluster = after
@@ -80,7 +80,7 @@ def _poll(
     return out, (last_job, last_cluster)
 
 
-def _start_ids(cp: ControlPlane) -> tuple[int, int]:
+def stream_cursor(cp: ControlPlane) -> tuple[int, int]:
     with cp.tx() as s:
         return (
             int(s.scalar(select(func.max(JobEventModel.id))) or 0),
@@ -91,14 +91,14 @@ def _start_ids(cp: ControlPlane) -> tuple[int, int]:
 @router.get("/v1/events/stream")
 async def stream(request: Request, svc: Svc, who: Who) -> StreamingResponse:
     require(who, Permission.JOB_READ, Permission.JOB_READ_ANY, Permission.NODE_READ)
-    cursor = await asyncio.to_thread(_start_ids, svc.cp)
+    cursor = await asyncio.to_thread(stream_cursor, svc.cp)
 
     async def messages() -> AsyncIterator[str]:
         nonlocal cursor
         yield ": connected\n\n"
         while not await request.is_disconnected():
             try:
-                batch, cursor = await asyncio.to_thread(_poll, svc.cp, who, cursor)
+                batch, cursor = await asyncio.to_thread(poll_events, svc.cp, who, cursor)
             except Unavailable:
                 batch = [": database unavailable, retrying\n\n"]
             for message in batch:
