@@ -108,6 +108,7 @@ def _job(i: int, gpus: str = "0.25") -> dict[str, Any]:
 
 async def submit_burst(server: Server, total: int, clients: int) -> dict[str, float]:
     latencies: list[float] = []
+    retries: list[int] = []
     counter = iter(range(total))
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(
@@ -117,7 +118,16 @@ async def submit_burst(server: Server, total: int, clients: int) -> dict[str, fl
         async def worker() -> None:
             for i in counter:
                 t0 = time.perf_counter()
-                r = await c.post("/v1/jobs", json=_job(i), headers={"Idempotency-Key": f"b{i}"})
+                for attempt in range(5):  # the key makes a retry after a dropped connection safe
+                    try:
+                        r = await c.post(
+                            "/v1/jobs", json=_job(i), headers={"Idempotency-Key": f"b{i}"}
+                        )
+                        break
+                    except httpx.TransportError:
+                        retries.append(i)
+                        if attempt == 4:
+                            raise
                 latencies.append(time.perf_counter() - t0)
                 if r.status_code != 201:
                     raise RuntimeError(f"submit failed: {r.status_code} {r.text}")
@@ -140,6 +150,7 @@ async def submit_burst(server: Server, total: int, clients: int) -> dict[str, fl
         "submits_per_s": total / elapsed,
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
+        "retries": len(retries),
     }
 
 

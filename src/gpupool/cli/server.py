@@ -61,7 +61,14 @@ def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int 
     store = "SQLite" if settings.database_url.startswith("sqlite") else "PostgreSQL"
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"gpupool server starting on {url} ({store}; API docs at {url}/docs)")
-    common = {"host": settings.host, "port": settings.port, "log_level": log_level}
+    # Keep idle connections longer than clients usually do, so a client never reuses a
+    # connection the server is closing (uvicorn's default is 5 s).
+    common = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": log_level,
+        "timeout_keep_alive": 75,
+    }
     if app is not None:
         uvicorn.Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
         return

@@ -56,6 +56,10 @@ WIRE_STOP_REASON: dict[str, StopReason] = {
 }
 
 
+#: Isolation modes a job's record may say it got (anything else is not recorded).
+_ISOLATIONS = ("exclusive", "mps", "soft", "mig")
+
+
 def _alert(s: Session, now: float, kind: str, subject: str, message: str) -> None:
     log.warning("alert %s: %s", kind, message)
     s.add(EventModel(time=now, kind=kind, subject=subject, message=message))
@@ -166,9 +170,6 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None:
             job.last_checkpoint_time = rep.checkpoint_time
     return None
-
-
-_ISOLATIONS = ("exclusive", "mps", "soft", "mig")
 
 
 def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSpec | None:

@@ -231,9 +231,8 @@ class NodeService:
                                 )
                             )
                         )
-                        outcome, code, sig = attempt_outcome(attempt)
+                        outcome, _code, _signal = attempt_outcome(attempt)
                         finish_job(s, job, outcome, now, reason=f"node {node.name} went down")
-                        del code, sig
         if downed:
             self.cp.poke()
         return downed
