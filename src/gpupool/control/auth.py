@@ -73,20 +73,28 @@ def authenticate(session: Session, secret: str | None, now: float) -> Principal:
         )
     digest = hash_secret(secret)
     row = session.execute(
-        select(TokenModel, UserModel)
+        select(
+            TokenModel.id,
+            TokenModel.secret_sha256,
+            TokenModel.revoked_at,
+            TokenModel.expires_at,
+            UserModel.name,
+            UserModel.role,
+            UserModel.tenant,
+            UserModel.disabled,
+        )
         .join(UserModel, UserModel.name == TokenModel.user)
         .where(TokenModel.secret_sha256 == digest)
     ).first()
-    if row is None or not hmac.compare_digest(row[0].secret_sha256, digest):
+    if row is None or not hmac.compare_digest(row.secret_sha256, digest):
         raise Unauthorized("the API token is not valid: check it, or ask an admin for a new one")
-    token, user = row
-    if token.revoked_at is not None:
+    if row.revoked_at is not None:
         raise Unauthorized("the API token was revoked: ask an admin for a new one")
-    if token.expires_at is not None and token.expires_at <= now:
+    if row.expires_at is not None and row.expires_at <= now:
         raise Unauthorized("the API token has expired: create a new one")
-    if user.disabled:
-        raise Unauthorized(f"user {user.name} is disabled: ask an admin")
-    return Principal(user=user.name, role=Role(user.role), tenant=user.tenant, token_id=token.id)
+    if row.disabled:
+        raise Unauthorized(f"user {row.name} is disabled: ask an admin")
+    return Principal(user=row.name, role=Role(row.role), tenant=row.tenant, token_id=row.id)
 
 
 def require(principal: Principal, *permissions: Permission) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, null, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -126,21 +126,33 @@ class JobService:
         self, actor: Actor, spec: JobSpec, tenant: str, key: str | None
     ) -> tuple[Job, bool]:
         now = self.cp.now()
+        user = actor.principal.user
+        # One round trip checks the tenant, the pool, the priority class and the key.
+        lookup = select(
+            select(TenantModel.name).where(TenantModel.name == tenant).scalar_subquery(),
+            select(PoolModel.name).where(PoolModel.name == spec.pool).scalar_subquery(),
+            select(PriorityClassModel.value)
+            .where(PriorityClassModel.name == spec.priority_class)
+            .scalar_subquery(),
+            (
+                select(JobModel.id)
+                .where(JobModel.user == user, JobModel.idempotency_key == key)
+                .scalar_subquery()
+                if key is not None
+                else null()
+            ),
+        )
         with self.cp.tx() as s:
-            if key is not None:
-                existing = s.scalar(
-                    select(JobModel).where(
-                        JobModel.user == actor.principal.user, JobModel.idempotency_key == key
-                    )
-                )
+            found_tenant, found_pool, priority, existing_id = s.execute(lookup).one()
+            if key is not None and existing_id is not None:
+                existing = s.get(JobModel, existing_id)
                 if existing is not None:
                     return job_from_row(existing), False
-            if s.get(TenantModel, tenant) is None:
+            if found_tenant is None:
                 raise Invalid(f"tenant {tenant!r} does not exist: ask an admin to create it")
-            if s.get(PoolModel, spec.pool) is None:
+            if found_pool is None:
                 raise Invalid(f"pool {spec.pool!r} does not exist: use one of `gpupool pool list`")
-            pc = s.get(PriorityClassModel, spec.priority_class)
-            if pc is None:
+            if priority is None:
                 names = ", ".join(s.scalars(select(PriorityClassModel.name)))
                 raise Invalid(
                     f"priority class {spec.priority_class!r} does not exist: use one of {names}"
@@ -149,8 +161,8 @@ class JobService:
                 id=new_job_id(),
                 spec=spec,
                 tenant=tenant,
-                user=actor.principal.user,
-                priority=pc.value,
+                user=user,
+                priority=int(priority),
                 submit_time=now,
                 eligible_time=now,
             )
