@@ -233,3 +233,18 @@ def test_config_default_placement_applies_to_default_pools():
     snap = SnapshotBuilder().node("n1", gpus=2).job("a", gpus=0.5).job("b", gpus=0.5).build()
     d = schedule(snap, SchedulerConfig(default_placement="spread"))
     assert devices_of(d, "a") != devices_of(d, "b")
+
+
+def test_an_empty_cluster_says_too_large_and_a_cpu_only_node_runs_cpu_jobs():
+    from gpupool.domain.nodes import Node
+
+    d = schedule(SnapshotBuilder().job("a", gpus=1).job("c", gpus=0).build())
+    assert {v.reason for v in d.pending.values()} == {PendingReason.TOO_LARGE}
+    b = SnapshotBuilder()
+    b.nodes.append(Node("cpu1", 8000, 1024))
+    d = schedule(b.job("c", gpus=0).job("g", gpus=1).build())
+    start = d.start_of("c")
+    assert start is not None
+    assert start.replicas[0].node == "cpu1"
+    assert start.replicas[0].devices == ()
+    assert d.pending["g"].reason is PendingReason.TOO_LARGE

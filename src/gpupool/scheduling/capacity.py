@@ -228,7 +228,7 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
     )
     pool_masks: dict[str, BoolArray] = {}
     pool_nodes: dict[str, BoolArray] = {}
-    pools_arr = np.array(slot_pool, dtype=object)
+    pools_arr = np.array(slot_pool, dtype=object).reshape(n, g)
     for pool in snapshot.pool_by_name:
         mask: BoolArray = np.asarray(pools_arr == pool, dtype=np.bool_) & usable
         pool_masks[pool] = mask
