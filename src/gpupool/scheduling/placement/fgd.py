@@ -59,10 +59,13 @@ class TraceInformed(Protocol):
         ...
 
 
-def paper_score(delta: FloatArray) -> IntArray:
-    """The authors' integer FGD score of a fragmentation drop ``delta`` (milli-GPU)."""
+def paper_score(delta: FloatArray, levels: float = 100.0) -> IntArray:
+    """The authors' integer FGD score of a fragmentation drop ``delta`` (milli-GPU).
+
+    ``levels`` is the score's top (the authors' 100); fewer levels make more nodes tie.
+    """
     with np.errstate(over="ignore"):
-        scores: IntArray = (100.0 / (1.0 + np.exp(-delta / 1000.0))).astype(np.int64)
+        scores: IntArray = (levels / (1.0 + np.exp(-delta / 1000.0))).astype(np.int64)
     return scores
 
 

@@ -1,4 +1,4 @@
-"""``fragaware``: gpupool's default placement, fragmentation-aware and learning online.
+"""``fragaware``: gpupool's fragmentation-aware placement, learning the workload online.
 
 It scores placements like FGD (:mod:`.fgd`): the integer ``int(sigmoid(dF / 1000) * 100)`` of
 how much the node's fragmentation drops. It differs in what a live scheduler can and cannot know:
@@ -6,15 +6,21 @@ how much the node's fragmentation drops. It differs in what a live scheduler can
 - **online shape distribution.** FGD as published counts every pod of the trace before the first
   placement. ``fragaware`` counts only the shapes it has been shown with :meth:`observe`, each
   weighted by ``2 ** (-age / half_life)`` (age in arrivals), so the distribution follows a
-  changing mix. Before the first arrival a small **prior** (whole GPUs and common shares) stands in;
-  its pseudo-counts are outweighed after a few arrivals. The distribution in use is replaced
-  when a refreshed one differs from it by more than ``tolerance`` (largest change of one
-  shape's probability), so cached scores survive while the mix is stable.
+  changing mix. Before the first arrival a **prior** (whole GPUs, common shares, a multi-GPU
+  job) stands in; its pseudo-counts are outweighed as arrivals accumulate. The distribution is
+  rebuilt after as many arrivals as had been seen at the last rebuild (16, 32, 64, ...; at most
+  every ``refresh_every``) and swapped in only when one shape's probability moved by more than
+  ``tolerance``, so cached scores survive while the mix is stable.
 - **tie-breaking.** Many nodes share the top integer score. FGD takes the first in node order;
-  ``fragaware`` takes the one that is already most allocated (GPU, then CPU), so used nodes fill
-  up and empty ones stay whole for large replicas; the node order breaks what is left.
+  ``fragaware`` takes the node with the least GPU milli left after the placement (best fit),
+  then the node order.
 - **GPU choice for a share.** Among GPUs of equal integer score, the one with the least free
-  milli (best fit), so shares pile onto partly used GPUs.
+  milli (best fit), then the larger exact drop.
+
+The packing experiment (``docs/benchmarks.md``, Packing) measures it against FGD: the best-fit
+tie-break is worth a little when the distribution is known, and learning the distribution online
+costs about as much, because FGD's integer scores make early placements depend on the exact
+distribution (the paper's scheduler reads the whole trace first).
 
 Words: **arrival** = one call of :meth:`observe`; **pseudo-count** = the prior's weight in
 arrivals.
@@ -55,20 +61,22 @@ PRIOR_SHAPES: tuple[ShapeKey, ...] = (
 
 @dataclass(frozen=True)
 class FragAwareConfig:
-    """Knobs of :class:`FragAwarePolicy`; the defaults are what the packing experiment measured.
+    """Knobs of :class:`FragAwarePolicy`; the defaults are the best the packing experiment found.
 
     ``half_life`` is in arrivals (``None``: every arrival counts the same); ``prior_weight`` is
-    the prior's total pseudo-count; ``refresh_every`` arrivals the distribution is rebuilt and
-    swapped in when a shape's probability moved by more than ``tolerance``; ``tie`` is the
-    tie-break among equal integer scores (``"used"``, ``"bestfit"``, ``"exact"`` or ``"row"``).
+    the prior's total pseudo-count; the distribution is rebuilt at most every ``refresh_every``
+    arrivals and swapped in when a shape's probability moved by more than ``tolerance``; ``tie``
+    names the tie-break among equal integer scores (:data:`TIE_BREAKS`); ``tight_gpu`` sends a
+    share to the fullest GPU among equals; ``levels`` is the integer score's top (FGD: 100).
     """
 
     half_life: float | None = 4000.0
-    prior_weight: float = 5.0
-    refresh_every: int = 64
-    tolerance: float = 0.01
-    tie: str = "used"
+    prior_weight: float = 200.0
+    refresh_every: int = 1024
+    tolerance: float = 0.02
+    tie: str = "bestfit"
     tight_gpu: bool = True
+    levels: float = 100.0
 
 
 def _tie_used(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
@@ -87,6 +95,14 @@ def _tie_bestfit(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> F
     return key
 
 
+def _tie_balanced(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
+    """Least GPU and CPU left, each over the largest node spec (the paper's BestFit measure)."""
+    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    left = (free - shape.total_milli) / 8000.0 + (capacity.cpu_free - shape.cpu_milli) / 128_000.0
+    key: FloatArray = (4.0 - left) * 1e7
+    return key
+
+
 def _tie_exact(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
     """The exact fragmentation drop."""
     key: FloatArray = np.clip(delta, -1e6, 1e6) + 1e6
@@ -100,6 +116,7 @@ def _tie_row(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> Float
 
 #: Tie-breaks by name; each maps nodes to a key in [0, 1e8), higher wins.
 TIE_BREAKS = {
+    "balanced": _tie_balanced,
     "bestfit": _tie_bestfit,
     "exact": _tie_exact,
     "row": _tie_row,
@@ -158,9 +175,10 @@ class FragAwarePolicy:
         return weights
 
     def _refresh(self, capacity: CapacityArrays) -> None:
-        due = self._cache.dist is None or self._since_refresh >= self.config.refresh_every
-        if self._arrivals and self._arrivals <= self.config.refresh_every:
-            due = due or self._since_refresh > 0  # learn fast from the first arrivals
+        # Rebuild after as many arrivals as were seen before (16, 32, 64, ...), at most every
+        # ``refresh_every``: quick to learn at first, then stable, still following a new mix.
+        period = min(max(self._arrivals - self._since_refresh, 16), self.config.refresh_every)
+        due = self._cache.dist is None or self._since_refresh >= period
         if not due:
             return
         self._since_refresh = 0
@@ -184,7 +202,9 @@ class FragAwarePolicy:
         self._cache.sync(capacity)
         delta, gpu = self._cache.best(capacity, shape, feasible, tight=self.config.tight_gpu)
         tie = TIE_BREAKS[self.config.tie](capacity, shape, delta)
-        key = np.where(feasible, paper_score(delta) * 1e9 + np.clip(tie, 0.0, 9.99e8), -np.inf)
+
+        primary = paper_score(delta, self.config.levels)
+        key = np.where(feasible, primary * 1e9 + np.clip(tie, 0.0, 9.99e8), -np.inf)
         node = int(np.argmax(key))
         if not feasible[node]:
             return None
