@@ -136,14 +136,28 @@ class Factor:
 
 @dataclass(frozen=True)
 class PriorityFactors:
-    """The ordering stage's factor table for one job; ``score`` is the sum of contributions."""
+    """The ordering stage's factor table for one job; ``score`` is the sum of contributions.
+
+    Stored as parallel tuples (one entry per factor) so that a cycle over thousands of jobs does
+    not build thousands of row objects; :attr:`factors` gives the rows.
+    """
 
     job_id: str
-    factors: tuple[Factor, ...]
+    values: tuple[float, ...] = ()
+    names: tuple[str, ...] = ()
+    weights: tuple[float, ...] = ()
+    meanings: tuple[str, ...] = ()
+
+    @property
+    def factors(self) -> tuple[Factor, ...]:
+        return tuple(
+            Factor(n, w, v, m)
+            for n, w, v, m in zip(self.names, self.weights, self.values, self.meanings, strict=True)
+        )
 
     @property
     def score(self) -> float:
-        return sum(f.contribution for f in self.factors)
+        return sum(w * v for w, v in zip(self.weights, self.values, strict=True))
 
 
 def _frozen_map(mapping: Mapping[str, object]) -> Mapping[str, object]:

@@ -33,7 +33,7 @@ from gpupool.domain.jobs import Job
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.capacity import ClusterCapacity
 from gpupool.scheduling.config import SchedulerConfig, SizeDirection
-from gpupool.scheduling.decision import Factor, PriorityFactors
+from gpupool.scheduling.decision import PriorityFactors
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
 
@@ -65,6 +65,9 @@ _LARGE = "the job's GPUs over its pool's GPUs (large jobs first)"
 _AGE = "time waited since eligible over max_age_s"
 _FAIRSHARE = "2^(-usage share / fair share) of the job's tenant"
 _EFFICIENCY = "share of the pool's free GPU capacity on models the job accepts"
+_NAMES = ("priority", "size", "age", "fairshare", "efficiency")
+_SMALL_MEANINGS = (_PRIORITY, _SMALL, _AGE, _FAIRSHARE, _EFFICIENCY)
+_LARGE_MEANINGS = (_PRIORITY, _LARGE, _AGE, _FAIRSHARE, _EFFICIENCY)
 
 
 def _tie_key(job: Job) -> tuple[float, float, str]:
@@ -136,6 +139,7 @@ class MultiFactor:
         fair = _fairshare_table(snapshot)
         small_first = config.size_direction is SizeDirection.SMALL_FIRST
         max_age = config.max_age_s
+        weights = (w.priority, w.size, w.age, w.fairshare, w.efficiency)
         facts: dict[str, _PoolFacts] = {}
         scored: list[tuple[float, Ranked]] = []
         for job in snapshot.pending:
@@ -144,22 +148,22 @@ class MultiFactor:
             if pf is None:
                 pf = facts[pool] = _PoolFacts(capacity, pool)
             size = min(1.0, job.spec.total_gpu_milli / pf.total_milli) if pf.total_milli else 1.0
-            if small_first:
-                size_value, size_meaning = 1.0 - size, _SMALL
-            else:
-                size_value, size_meaning = size, _LARGE
+            size_value = 1.0 - size if small_first else size
             waited = snapshot.now - job.eligible_time
             res = job.spec.resources
             models = capacity.models_mask(res.gpu_types) if res.device_count else None
-            factors = (
-                Factor("priority", w.priority, max(0.0, min(1.0, job.priority / top)), _PRIORITY),
-                Factor("size", w.size, size_value, size_meaning),
-                Factor("age", w.age, max(0.0, min(1.0, waited / max_age)), _AGE),
-                Factor("fairshare", w.fairshare, fair.get(job.tenant, 1.0), _FAIRSHARE),
-                Factor("efficiency", w.efficiency, pf.efficiency(models), _EFFICIENCY),
+            values = (
+                max(0.0, min(1.0, job.priority / top)),
+                size_value,
+                max(0.0, min(1.0, waited / max_age)),
+                fair.get(job.tenant, 1.0),
+                pf.efficiency(models),
             )
-            table = PriorityFactors(job.id, factors)
-            scored.append((table.score, Ranked(job, table)))
+            table = PriorityFactors(
+                job.id, values, _NAMES, weights, _SMALL_MEANINGS if small_first else _LARGE_MEANINGS
+            )
+            score = sum(wt * v for wt, v in zip(weights, values, strict=True))
+            scored.append((score, Ranked(job, table)))
         scored.sort(key=lambda item: (-item[0], *_tie_key(item[1].job)))
         return tuple(r for _, r in scored)
 
