@@ -10,7 +10,8 @@ one after another like first-fit.
 The published FGD reads the whole trace first to build its shape distribution. Here the
 distribution is given with :meth:`FGDPolicy.know_trace` (the packing experiment does that, as
 the authors' simulator does); a live scheduler that never calls it gets the distribution of
-the shapes it has been shown with ``observe`` (all of them, counted equally).
+the shapes it has been shown with ``observe`` (all of them, counted equally, rebuilt whenever
+their number grew by a tenth).
 
 Words:
 
@@ -251,7 +252,8 @@ class FGDPolicy:
         self._fixed = distribution is not None
         self._weights: dict[ShapeKey, float] = {}
         self._num_models = 0
-        self._dirty = False
+        self._seen = 0  # arrivals observed
+        self._seen_at_build = 0  # arrivals counted in the distribution in use
         if distribution is not None:
             self._cache.set_distribution(distribution)
 
@@ -266,16 +268,18 @@ class FGDPolicy:
         self._weights[key] = self._weights.get(key, 0.0) + 1.0
         if shape.models is not None:
             self._num_models = max(self._num_models, len(shape.models))
-        self._dirty = True
+        self._seen += 1
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
         if not feasible.any():
             return None
-        if self._dirty or self._cache.dist is None:
+        # Without the trace, rebuild from the arrivals whenever they grew by a tenth.
+        stale = self._seen > self._seen_at_build * 1.1
+        if self._cache.dist is None or (not self._fixed and stale):
             weights = dict(self._weights) or {shape_key(shape): 1.0}
             num_models = max(self._num_models, len(capacity.model_names))
             self._cache.set_distribution(ShapeDistribution.from_weights(weights, num_models))
-            self._dirty = False
+            self._seen_at_build = self._seen
         self._cache.sync(capacity)
         delta, gpu = self._cache.best(capacity, shape, feasible)
         scores = np.where(feasible, paper_score(delta), -1)
@@ -287,7 +291,6 @@ class FGDPolicy:
 
 __all__ = [
     "IMPOSSIBLE",
-    "MILLI_PER_GPU",
     "FGDPolicy",
     "FragScoreCache",
     "TraceInformed",
