@@ -116,7 +116,9 @@ def _probabilities(policy: FragAwarePolicy) -> dict[object, float]:
 
 
 def test_fragaware_learns_only_what_it_observed_and_follows_a_mix_change() -> None:
-    policy = FragAwarePolicy(config=FragAwareConfig(half_life=200.0, refresh_every=1, prior_weight=5.0))
+    policy = FragAwarePolicy(
+        config=FragAwareConfig(half_life=200.0, refresh_every=1, prior_weight=5.0)
+    )
     capacity = cluster([[1000, 1000]])
     old, new = share(300), whole(1, cpu=2000)
     for _ in range(500):
