@@ -248,3 +248,44 @@ def test_an_empty_cluster_says_too_large_and_a_cpu_only_node_runs_cpu_jobs():
     assert start.replicas[0].node == "cpu1"
     assert start.replicas[0].devices == ()
     assert d.pending["g"].reason is PendingReason.TOO_LARGE
+
+
+def test_a_pools_policy_is_shown_every_shape_in_arrival_order(monkeypatch):
+    from gpupool.scheduling.placement.base import PolicyOptions, Shape
+    from gpupool.scheduling.placement.bestfit import BestFit
+
+    seen: list[Shape] = []
+
+    class Recorder(BestFit):
+        name = "recorder"
+
+        def observe(self, shape: Shape) -> None:
+            seen.append(shape)
+
+    def factory(options: PolicyOptions) -> Recorder:
+        return Recorder(options)
+
+    monkeypatch.setitem(POLICIES, "recorder", factory)
+    snap = (
+        SnapshotBuilder()
+        .pool("default", placement="recorder")
+        .node("n1", gpus=4)
+        .run("r", node="n1", devices=[0], milli=1000, memory=81920, start=0.0)
+        .job("late", gpus=0.5, submit=20)
+        .job("early", gpus=2, submit=10, replicas=2)
+        .build()
+    )
+    schedule(snap)
+    assert [(s.milli, s.count) for s in seen] == [(1000, 1), (1000, 2), (1000, 2), (500, 1)]
+
+
+def test_each_pool_gets_its_own_reservation():
+    b = SnapshotBuilder(now=1000).node("a", gpus=2, pool="p1").node("b", gpus=2, pool="p2")
+    b.run("ra", node="a", devices=[0], pool="p1", expected_end=2000)
+    b.run("rb", node="b", devices=[0], pool="p2", expected_end=3000)
+    snap = b.job("x", gpus=2, pool="p1").job("y", gpus=2, pool="p2").build()
+    d = schedule(snap)
+    assert {(r.pool, r.job_id, r.start_time) for r in d.reservations} == {
+        ("p1", "x", 2000),
+        ("p2", "y", 3000),
+    }
