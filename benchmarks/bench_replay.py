@@ -63,6 +63,25 @@ def load(args: argparse.Namespace) -> tuple[Workload, SimCluster]:
     return synthetic_workload(spec), synthetic_cluster(spec)
 
 
+def combine(folders: list[Path], out: Path, prefix: str) -> None:
+    """One report (JSON, plots, markdown table) over runs made in separate processes."""
+    from rich.console import Console
+
+    from gpupool.sim.report import comparison_table, tenant_table
+
+    results = []
+    for folder in folders:
+        with (folder / "results.pickle").open("rb") as handle:
+            results.extend(pickle.load(handle))
+    summaries = [summarise(r) for r in results]
+    out.mkdir(parents=True, exist_ok=True)
+    write_plots(out, results, prefix=prefix)
+    write_json(out / f"{prefix}-report.json", report_dict(summaries, results, {}))
+    console = Console(width=160)
+    console.print(comparison_table(summaries))
+    console.print(tenant_table(summaries))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("alibaba", "synthetic", "philly"), default="alibaba")
@@ -72,7 +91,17 @@ def main() -> None:
     parser.add_argument("--min-cycle-interval", type=float, default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="plot and tabulate the results.pickle of earlier --out folders together into --out",
+    )
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine, args.out or Path("."), args.workload)
+        return
     clock = SystemClock()
     began = clock.monotonic()
     workload, cluster = load(args)

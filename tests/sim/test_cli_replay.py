@@ -20,7 +20,7 @@ def app() -> typer.Typer:
     return sub
 
 
-TRACE = "synthetic:jobs=60,gpus=8,load=1.2,median_work_s=600"
+TRACE = "synthetic:jobs=40,gpus=8,load=1.2,median_work_s=600"
 
 
 def test_replay_prints_a_comparison_and_writes_json_and_html(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_replay_json_to_stdout_for_one_named_scenario() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["scenarios"][0]["scenario"] == "pooled+spread"
-    assert data["jobs"] == 60
+    assert data["jobs"] == 40
 
 
 def test_replay_refuses_a_bad_trace_with_file_line_and_column(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from gpupool.sim.trace_synthetic import SyntheticSpec, synthetic_cluster, synthe
 
 
 def run(
-    seed: int, scenario: str, jobs: int = 150, gpus: int = 16, load: float = 1.2
+    seed: int, scenario: str, jobs: int = 100, gpus: int = 12, load: float = 1.2
 ) -> ReplayResult:
     spec = SyntheticSpec(jobs=jobs, gpus=gpus, tenants=3, load=load, median_work_s=600, seed=seed)
     cluster = synthetic_cluster(spec)
@@ -56,7 +56,9 @@ def check_conservation(result: ReplayResult) -> None:
 def test_every_job_ends_once_and_gpu_seconds_add_up(scenario: str) -> None:
     result = run(seed=11, scenario=scenario)
     check_conservation(result)
-    assert sum(1 for j in result.jobs if j.outcome == "completed") == len(result.jobs)
+    # Everything completes except the jobs larger than the whole cluster, refused on arrival.
+    for j in result.jobs:
+        assert j.outcome == ("rejected" if j.gpu_milli > result.capacity_milli else "completed")
     assert sum(j.node_failures for j in result.jobs) > 0  # the failures really hit jobs
 
 
@@ -66,19 +68,19 @@ def test_pooled_run_preempts_and_still_conserves() -> None:
     check_conservation(result)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     load=st.floats(0.3, 2.0),
     scenario=st.sampled_from(["exclusive", "pooled", "pooled-spread", "pooled-fifo"]),
 )
 def test_conservation_holds_for_random_workloads(seed: int, load: float, scenario: str) -> None:
-    check_conservation(run(seed=seed, scenario=scenario, jobs=60, gpus=8, load=load))
+    check_conservation(run(seed=seed, scenario=scenario, jobs=50, gpus=8, load=load))
 
 
 def test_same_seed_gives_the_same_report_and_another_seed_does_not() -> None:
     def report(seed: int) -> str:
-        result = run(seed=seed, scenario="pooled", jobs=80)
+        result = run(seed=seed, scenario="pooled", jobs=60)
         return json.dumps(report_dict([summarise(result)], [result], {}), sort_keys=True)
 
     first = report(21)

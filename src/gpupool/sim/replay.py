@@ -170,7 +170,6 @@ class Replay:
         self._idle_ticks = 0
         self._ended = 0
         self._cycle_pending = False
-        self._arrivals: list[str] = []  # arrived since the last cycle
 
     # ------------------------------------------------------------------ the loop
 
@@ -268,7 +267,6 @@ class Replay:
         kind = event.kind
         if kind is EventKind.ARRIVAL:
             self._arrive(event.subject, now)
-            self._arrivals.append(event.subject)
         elif kind is EventKind.FINISH:
             self._finish(event, now)
         elif kind is EventKind.STOPPED:
@@ -431,15 +429,20 @@ class Replay:
             self._start(start, now)
         for preemption in decision.preemptions:
             self._preempt(preemption.victim, preemption.for_job, now)
-        arrivals, self._arrivals = self._arrivals, []
+        # A job the scheduler says fits nowhere on this cluster (too large, no device of its
+        # type) is refused rather than left to block a FIFO queue; not while a node is down,
+        # as the cluster is then smaller than it will be.
+        rejected = False
         if not self._down:
-            for job_id in arrivals:
-                info = decision.pending.get(job_id)
-                sim = self._jobs[job_id]
-                if info is not None and info.reason in NEVER_FITS and job_id in self._pending:
+            for job_id, info in decision.pending.items():
+                if info.reason in NEVER_FITS and job_id in self._pending:
+                    sim = self._jobs[job_id]
                     self._dequeue(sim)
                     self._move(sim, JobState.CANCELLED, now, f"rejected: {info.message}")
                     self._end(sim, "rejected", now)
+                    rejected = True
+        if rejected and self._pending:  # what waited behind it gets a cycle at once
+            self.queue.push(now, Event(EventKind.CYCLE, "cycle"))
         return bool(decision.starts or decision.preemptions)
 
     def _start(self, start: Start, now: float) -> None:
