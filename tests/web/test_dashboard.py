@@ -281,3 +281,33 @@ def test_pending_job_page_says_why_it_waits(page: Any, pool: LivePool, shots: Pa
     assert page.locator("#cancel").count() == 1
     page.screenshot(path=str(shots / "job-pending.png"), full_page=True)
     pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
+
+
+def test_per_job_slices_from_the_devices_endpoint_are_drawn_as_labelled_segments(
+    page: Any, pool: LivePool
+) -> None:
+    """Today /v1/devices has no per-job slices; the overview draws them once it does.
+
+    The response is extended in the browser (Playwright route) with the shape the overview
+    reads: ``slices: [{job_id, milli, memory_mib}]`` on each device.
+    """
+    first = pool.call("admin", "GET", "/v1/devices")[0]["uuid"]
+
+    def add_slices(route: Any) -> None:
+        devices = route.fetch().json()
+        for d in devices:
+            d["slices"] = []
+        devices[0]["slices"] = [
+            {"job_id": "job-x", "milli": 250, "memory_mib": 1024},
+            {"job_id": "job-y", "milli": 500, "memory_mib": 2048},
+        ]
+        route.fulfill(json=devices)
+
+    page.route("**/v1/devices", add_slices)
+    sign_in(page, pool, "admin")
+    tile = page.locator(f".gpu[data-uuid='{first}']")
+    tile.locator(".slice[data-job='job-y']").wait_for()
+    assert tile.get_attribute("data-alloc-milli") == "750"
+    widths = tile.locator(".slice").evaluate_all("els => els.map((e) => e.style.width)")
+    assert widths == ["25%", "50%"]
+    assert "in 2 slices" in (tile.get_attribute("aria-label") or "")

@@ -178,9 +178,27 @@ export function render(ctx, root) {
     while (alertsBox.querySelectorAll('.alert').length > 20) alertsBox.querySelector('.alert:last-child')?.remove();
   }
 
+  // With per-job slices from /v1/devices, a job event re-reads them (debounced) in place.
+  let sliceTimer = null;
+  async function refreshSlices() {
+    sliceTimer = null;
+    const devices = await api.get('/v1/devices');
+    for (const d of devices) {
+      const tile = tiles.get(d.uuid);
+      if (tile && Array.isArray(d.slices)) tile.device = { ...tile.device, slices: d.slices };
+    }
+    if (live.latest) update(live.latest);
+  }
+  const serverListsSlices = () => [...tiles.values()].some((t) => Array.isArray(t.device.slices));
+
   const offs = [
     live.on('telemetry', (sample) => { if (!disposed) update(sample); }),
-    live.on('job', () => live.sampleTelemetry()),
+    live.on('job', () => {
+      live.sampleTelemetry();
+      if (serverListsSlices() && !sliceTimer) {
+        sliceTimer = setTimeout(() => refreshSlices().catch(() => {}), 300);
+      }
+    }),
     live.on('cluster', (e) => {
       if (e.kind.startsWith('alert')) addAlert(e);
       if (e.kind.startsWith('node') || e.kind.startsWith('device')) loadInventory().catch(() => {});
@@ -190,7 +208,7 @@ export function render(ctx, root) {
   loadInventory().catch((err) => { summary.textContent = `Could not load devices: ${err.message}`; });
   loadAlerts().catch(() => {});
   if (live.latest) renderPools(live.latest.parsed, live.latest.devices);
-  return () => { disposed = true; offs.forEach((off) => off()); };
+  return () => { disposed = true; offs.forEach((off) => off()); clearTimeout(sliceTimer); };
 }
 
 function legend() {
