@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+import numpy as np
+
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import Job
 from gpupool.scheduling.capacity import ClusterCapacity
@@ -199,6 +201,33 @@ def _set_cost(victims: tuple[Candidate, ...]) -> tuple[int, int, int, float]:
     )
 
 
+def _without(live: CapacityArrays, victims: tuple[Candidate, ...]) -> CapacityArrays:
+    """A copy of ``live`` with every one of ``victims`` released (vectorised)."""
+    out = live.copy()
+    rows: list[int] = []
+    slots: list[int] = []
+    milli: list[int] = []
+    mem: list[int] = []
+    node_rows: list[int] = []
+    cpu: list[int] = []
+    host: list[int] = []
+    for v in victims:
+        for shape, choice in v.held:
+            node_rows.append(choice.node)
+            cpu.append(shape.cpu_milli)
+            host.append(shape.host_memory_mib)
+            for slot in choice.slots:
+                rows.append(choice.node)
+                slots.append(slot)
+                milli.append(shape.milli)
+                mem.append(shape.memory_mib or 0)
+    np.add.at(out.free_milli, (rows, slots), milli)
+    np.add.at(out.free_mem, (rows, slots), mem)
+    np.add.at(out.cpu_free, node_rows, cpu)
+    np.add.at(out.host_mem_free, node_rows, host)
+    return out
+
+
 def _verify(request: Request, victims: tuple[Candidate, ...]) -> Plan | None:
     trial = request.live.copy()
     for v in victims:
@@ -230,15 +259,14 @@ class CheapestVictims:
             for n in c.nodes:
                 by_node.setdefault(n, []).append(c)
         # Only nodes where the job would fit with every candidate gone are worth a closer look.
-        for c in request.candidates:
-            c.release_on(work)
-        hopeful = work.feasible_nodes(shape) & request.nodes
-        for c in reversed(request.candidates):
-            c.take_on(work)
+        hopeful = _without(work, request.candidates).feasible_nodes(shape) & request.nodes
+        # A node's set always holds its cheapest candidate, so its cost is at least that
+        # candidate's alone: visit nodes in that order and stop once no node can do better.
+        nodes = sorted((n for n in by_node if hopeful[n]), key=lambda n: (by_node[n][0].cost, n))
         best: tuple[Candidate, ...] | None = None
-        for node in sorted(by_node):
-            if not hopeful[node]:
-                continue
+        for node in nodes:
+            if best is not None and _set_cost((by_node[node][0],)) >= _set_cost(best):
+                break
             chosen: list[Candidate] = []
             for c in by_node[node][: request.max_victims]:
                 c.release_on(work)
