@@ -8,6 +8,9 @@ import { badge, clear, field, fmtAgo, fmtGpus, fmtMem, fmtTime, h } from '../dom
 
 export const title = 'Jobs';
 
+/** Above this many changed jobs in one batch, the list is read again instead. */
+const MAX_SINGLE_REFRESH = 20;
+
 export const STATES = ['PENDING', 'RUNNING', 'COMPLETING', 'COMPLETED', 'FAILED', 'CANCELLED',
   'TIMEOUT', 'PREEMPTED', 'NODE_FAIL', 'OUT_OF_MEMORY', 'REQUEUED'];
 
@@ -138,6 +141,10 @@ export function render(ctx, root) {
     timer = null;
     const ids = [...pendingIds];
     pendingIds.clear();
+    if (ids.length > MAX_SINGLE_REFRESH) {
+      await load(); // a burst (a big submit, a node going down): one list read beats N gets
+      return;
+    }
     await Promise.all(ids.map(async (id) => {
       try {
         const j = await api.get(`/v1/jobs/${encodeURIComponent(id)}`);
