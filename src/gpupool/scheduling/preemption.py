@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -75,7 +76,7 @@ class Candidate:
             self.job_id,
         )
 
-    @property
+    @cached_property
     def nodes(self) -> frozenset[int]:
         return frozenset(c.node for _, c in self.held)
 
