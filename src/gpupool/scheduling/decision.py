@@ -169,7 +169,8 @@ class Decision:
     """What one scheduling cycle decided.
 
     ``order`` is every pending job id in the order the cycle considered them; ``pending`` has an
-    entry for every pending job that was not started; ``priorities`` the factor table of every
+    entry for every pending job that was not started (a job the snapshot also lists as running
+    is left out: the caller's queue is stale there); ``priorities`` the factor table of every
     pending job.
     """
 
