@@ -144,7 +144,11 @@ function boot() {
     storeToken(null);
     showSignIn('Signed out.');
   });
-  window.addEventListener('hashchange', render);
+  window.addEventListener('hashchange', () => {
+    render();
+    // After a page change, start keyboard and screen-reader users at the new content.
+    if (ctx) $('main').focus({ preventScroll: true });
+  });
   const token = storedToken();
   if (token) signIn(token).catch(() => showSignIn('Your session ended: sign in again.'));
   else showSignIn();
