@@ -141,3 +141,22 @@ def test_a_minimum_cycle_interval_coalesces_cycles_onto_its_multiples() -> None:
         "j4": (200, 210),
     }
     assert result.cycles == 5  # at 25, 50, 100, 150 and 200
+
+
+def test_report_numbers_of_the_hand_checked_trace() -> None:
+    from gpupool.sim.metrics import summarise
+
+    pooled = summarise(replay(TRACE, cluster(2), get_scenario("pooled"), NO_TICK))
+    exclusive = summarise(replay(TRACE, cluster(2), get_scenario("exclusive"), NO_TICK))
+    # Arrivals span 0-30. Pooled holds 1, 1.5, 1.5 GPUs over its three 10 s steps; exclusive
+    # 1, 2, 2 (j2 takes a whole GPU).
+    assert pooled.allocation_while_arriving == pytest.approx(40 / 60)
+    assert exclusive.allocation_while_arriving == pytest.approx(50 / 60)
+    assert (pooled.makespan_s, exclusive.makespan_s) == (130, 140)
+    # Queueing delays: pooled 0, 0, 80, 0; exclusive 0, 0, 80, 100.
+    assert pooled.queueing_delay.p50 == 0
+    assert exclusive.queueing_delay.mean == pytest.approx(45)
+    # GPU-seconds: pooled 100 + 25 + 60 + 5 = 190; exclusive 100 + 50 + 60 + 10 = 220.
+    assert pooled.used_gpu_hours * 3600 == pytest.approx(190)
+    assert exclusive.used_gpu_hours * 3600 == pytest.approx(220)
+    assert pooled.preemptions == exclusive.preemptions == 0

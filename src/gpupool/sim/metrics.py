@@ -3,7 +3,9 @@
 Words (times in seconds, GPU amounts in GPUs unless a name says milli):
 
 - **allocation**: allocated milli-GPU·s over capacity milli-GPU·s, from the first arrival to
-  the last event (the time-average share of the cluster held by jobs).
+  the last event (the time-average share of the cluster held by jobs). A few long jobs left
+  running after the last arrival dilute it, so **allocation while arriving** is the same from
+  the first to the last arrival, against the nominal capacity: the busy part of the trace.
 - **busy GPUs**: time-average number of devices with any slice on them, over the GPU count.
 - **queueing delay**: submit to first start, for jobs that started; **JCT** (job completion
   time): submit to completion, for completed jobs. Percentiles are linear interpolations.
@@ -73,6 +75,7 @@ class Summary:
     outcomes: Mapping[str, int]
     makespan_s: float | None
     allocation: float
+    allocation_while_arriving: float
     busy_gpus: float
     queueing_delay: Distribution
     jct: Distribution
@@ -97,6 +100,22 @@ def jain(values: Iterable[float]) -> float | None:
     if data.size == 0 or not np.any(data):
         return None
     return float(data.sum() ** 2 / (data.size * np.square(data).sum()))
+
+
+def _window_allocation(result: ReplayResult) -> float:
+    """Allocated share of the nominal capacity between the first and the last arrival."""
+    if not result.jobs or not result.series.time:
+        return 0.0
+    start = min(j.submit_time for j in result.jobs)
+    end = max(j.submit_time for j in result.jobs)
+    if end <= start:
+        return 0.0
+    t = np.asarray(result.series.time, dtype=np.float64)
+    alloc = np.asarray(result.series.allocated_milli, dtype=np.float64)
+    # The state at sample k holds until sample k + 1: clip each step to [start, end].
+    right = np.append(t[1:], t[-1])
+    widths = np.clip(np.minimum(right, end) - np.maximum(t, start), 0.0, None)
+    return float((alloc * widths).sum() / (result.capacity_milli * (end - start)))
 
 
 def summarise(result: ReplayResult) -> Summary:
@@ -139,6 +158,7 @@ def summarise(result: ReplayResult) -> Summary:
         outcomes=outcomes,
         makespan_s=(max(ends) - first) if ends else None,
         allocation=integ.allocated_milli_s / integ.capacity_milli_s if span_gpu_s else 0.0,
+        allocation_while_arriving=_window_allocation(result),
         busy_gpus=integ.busy_gpu_s / span_gpu_s if span_gpu_s else 0.0,
         queueing_delay=Distribution.of(d for j in jobs if (d := j.queueing_delay_s) is not None),
         jct=Distribution.of(c for j in jobs if (c := j.completion_time_s) is not None),

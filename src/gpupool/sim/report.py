@@ -51,6 +51,7 @@ def comparison_table(summaries: Sequence[Summary]) -> Table:
         [f"{s.outcomes.get('rejected', 0)} / {s.outcomes.get('unfinished', 0)}" for s in summaries],
     )
     row("GPU allocation", [_pct(s.allocation) for s in summaries])
+    row("GPU allocation while arriving", [_pct(s.allocation_while_arriving) for s in summaries])
     row("busy GPUs", [_pct(s.busy_gpus) for s in summaries])
     dist("queueing delay p50", "queueing_delay", "p50")
     dist("queueing delay p95", "queueing_delay", "p95")
