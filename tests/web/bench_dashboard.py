@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5, help="telemetry samples to time")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    # `timeout` sends SIGTERM: exit through the finally below so no server is left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory() as tmp:
         pool = LivePool(Path(tmp))
         try:
