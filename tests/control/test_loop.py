@@ -204,3 +204,22 @@ def test_a_failed_gang_replica_stops_its_siblings(cp: ControlPlane) -> None:
     detail = JobService(cp).get(ADMIN.principal, job.id)
     assert detail.job.state is JobState.FAILED
     assert detail.job.exit_code == 3
+
+
+def test_a_replica_still_running_after_its_node_was_failed_over_is_killed(
+    cp: ControlPlane, clock: ManualClock
+) -> None:
+    register(cp, "n1")
+    job = submit(cp, requeue="on-preemption")
+    loop = _loop(cp)
+    loop.cycle()
+    aid = heartbeat(cp).start[0].assignment_id
+    heartbeat(cp, replicas=[running(aid)])
+    clock.advance(cp.settings.node_timeout_s + 1)
+    assert loop.nodes.mark_silent_nodes_down() == ["n1"]
+    back = heartbeat(cp, replicas=[running(aid)])  # the node returns, its replica still runs
+    assert [(o.assignment_id, o.signal) for o in back.stop] == [(aid, "SIGKILL")]
+    assert back.finished_ack == []
+    done = heartbeat(cp, replicas=[exited(aid, code=-9, signal="SIGKILL")])
+    assert done.finished_ack == [aid]
+    assert JobService(cp).get(ADMIN.principal, job.id).job.restart_count == 1

@@ -260,11 +260,16 @@ class HeartbeatService:
                 changed = True
             apply_telemetry(s, req.node, req.telemetry, now, settings.temperature_alert_c)
             finished: list[str] = []
+            orphans: list[str] = []  # still running here, but the server ended them
             for rep in req.replicas:
                 done = _apply_replica(s, req.node, rep, now)
-                if done is not None:
+                if done is None:
+                    continue
+                changed = True
+                if rep.state in (ReplicaState.STARTING, ReplicaState.RUNNING):
+                    orphans.append(done)
+                else:
                     finished.append(done)
-                    changed = True
             live = list(
                 s.scalars(
                     select(AssignmentModel).where(
@@ -286,7 +291,18 @@ class HeartbeatService:
             )
             reported = {r.assignment_id for r in req.replicas}
             start: list[AssignmentSpec] = []
-            stop: list[StopOrder] = []
+            # A replica the server already ended (its node was declared down, and the job was
+            # failed over) must not keep running beside its replacement: stop it at once.
+            stop = [
+                StopOrder(
+                    assignment_id=aid,
+                    epoch=epoch,
+                    reason=StopReason.CANCEL,
+                    signal="SIGKILL",
+                    grace_period_s=0.0,
+                )
+                for aid in orphans
+            ]
             for a in live:
                 if a.stop_reason in WIRE_STOP_REASON:
                     stop.append(
