@@ -68,7 +68,9 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     grace: str = typer.Option("0s", help="how long a preempted job keeps its slices"),
     tick: str = typer.Option("5m", help="control loop tick while jobs wait, or 'none'"),
     min_cycle_interval: str = typer.Option(
-        "none", help="coalesce cycles onto multiples of this (e.g. 30s); 'none' = every instant"
+        "none",
+        help="coalesce cycles onto multiples of this (30s, 5m; a bare number is minutes, "
+        "as with sbatch -t); none = a cycle at every event instant",
     ),
     workers: int = typer.Option(1, help="run scenarios in this many processes"),
     node_mtbf: str | None = typer.Option(None, help="inject node failures: mean time between"),

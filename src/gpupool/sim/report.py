@@ -120,6 +120,18 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- plots
 
 
+def _busy_horizon(results: Sequence[ReplayResult]) -> float:
+    """Where the time plots stop: a little after the last arrival or the last waiting job,
+    so that a few long jobs running on alone do not squeeze the interesting part."""
+    end = 0.0
+    for r in results:
+        last_submit = max((j.submit_time for j in r.jobs), default=0.0)
+        waiting = [t for t, p in zip(r.series.time, r.series.pending_jobs, strict=True) if p]
+        end = max(end, last_submit, waiting[-1] if waiting else 0.0)
+    full = max((r.series.time[-1] for r in results if r.series.time), default=0.0)
+    return min(full, end * 1.2) if end > 0 else full
+
+
 def _figures(results: Sequence[ReplayResult]) -> dict[str, bytes]:
     """Named PNG plots of the results."""
     import matplotlib
@@ -128,7 +140,7 @@ def _figures(results: Sequence[ReplayResult]) -> dict[str, bytes]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    span = max((r.series.time[-1] for r in results if r.series.time), default=0.0)
+    span = _busy_horizon(results)
     unit, scale = ("days", 86400.0) if span > 3 * 86400 else ("hours", 3600.0)
     pngs: dict[str, bytes] = {}
 
@@ -159,6 +171,7 @@ def _figures(results: Sequence[ReplayResult]) -> dict[str, bytes]:
             ls="--",
         )
         axes[1].step(t, s.pending_jobs, where="post", label=r.scenario, lw=1)
+    axes[1].set_xlim(0, span / scale)
     axes[0].set_ylabel("share of the cluster")
     axes[0].set_ylim(0, 1.05)
     axes[0].legend(fontsize=7, loc="lower right")
