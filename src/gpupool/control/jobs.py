@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, null, select
+from sqlalchemy import Select, bindparam, null, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -69,6 +69,30 @@ class JobFilter:
 class JobPage:
     jobs: list[Job] = field(default_factory=list)
     next_cursor: str | None = None
+
+
+def _lookup(with_key: bool) -> Select[Any]:
+    """One round trip: does the tenant exist, the pool, the priority class (its value), and
+    a job of this user with this idempotency key. Built once; only parameters change."""
+    key_column: Any = (
+        select(JobModel.id)
+        .where(JobModel.user == bindparam("user"), JobModel.idempotency_key == bindparam("key"))
+        .scalar_subquery()
+        if with_key
+        else null()
+    )
+    return select(
+        select(TenantModel.name).where(TenantModel.name == bindparam("tenant")).scalar_subquery(),
+        select(PoolModel.name).where(PoolModel.name == bindparam("pool")).scalar_subquery(),
+        select(PriorityClassModel.value)
+        .where(PriorityClassModel.name == bindparam("pc"))
+        .scalar_subquery(),
+        key_column,
+    )
+
+
+_LOOKUP = _lookup(with_key=False)
+_LOOKUP_WITH_KEY = _lookup(with_key=True)
 
 
 def new_job_id() -> str:
@@ -127,23 +151,12 @@ class JobService:
     ) -> tuple[Job, bool]:
         now = self.cp.now()
         user = actor.principal.user
-        # One round trip checks the tenant, the pool, the priority class and the key.
-        lookup = select(
-            select(TenantModel.name).where(TenantModel.name == tenant).scalar_subquery(),
-            select(PoolModel.name).where(PoolModel.name == spec.pool).scalar_subquery(),
-            select(PriorityClassModel.value)
-            .where(PriorityClassModel.name == spec.priority_class)
-            .scalar_subquery(),
-            (
-                select(JobModel.id)
-                .where(JobModel.user == user, JobModel.idempotency_key == key)
-                .scalar_subquery()
-                if key is not None
-                else null()
-            ),
-        )
+        lookup = _LOOKUP_WITH_KEY if key is not None else _LOOKUP
+        params = {"tenant": tenant, "pool": spec.pool, "pc": spec.priority_class}
+        if key is not None:
+            params.update(user=user, key=key)
         with self.cp.tx() as s:
-            found_tenant, found_pool, priority, existing_id = s.execute(lookup).one()
+            found_tenant, found_pool, priority, existing_id = s.execute(lookup, params).one()
             if key is not None and existing_id is not None:
                 existing = s.get(JobModel, existing_id)
                 if existing is not None:
