@@ -207,3 +207,10 @@ def test_real_philly_and_alibaba_traces_read(shared_data: Path, alibaba_csv: Pat
     assert len(wl.tenants) == 15
     pods = alibaba_workload(alibaba_csv / "openb_pod_list_default.csv")
     assert len(pods.jobs) + pods.skipped["never ran"] == 8152
+
+
+def test_philly_share_mix_changes_shares_only_not_run_times(tmp_path: Path) -> None:
+    folder, runtimes = philly_files(tmp_path)
+    plain = philly_workload(folder, runtimes, seed=4)
+    shared = philly_workload(folder, runtimes, seed=4, share_mix=[100, 300])
+    assert [j.work_s for j in plain.jobs] == [j.work_s for j in shared.jobs]

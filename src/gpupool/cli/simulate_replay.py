@@ -8,6 +8,7 @@ module parses options, shows a progress bar and renders the report.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -59,6 +60,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     seed: int = typer.Option(0, help="seed for sampling, tenant assignment and failures"),
     tenants: int = typer.Option(4, help="teams to assign pods to when the trace has none"),
     time_scale: float = typer.Option(1.0, help="divide submit times by this (raises the load)"),
+    max_jobs: int | None = typer.Option(None, help="replay only the first N jobs by arrival"),
     gpus_per_node: int = typer.Option(8, help="GPUs per machine for sized/Gavel clusters"),
     runtimes: Path | None = typer.Option(None, help="Philly run-time CSV (philly_runtime.csv)"),  # noqa: B008
     share_mix: Path | None = typer.Option(  # noqa: B008
@@ -104,6 +106,14 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
             share_mix=share_mix,
         )
         workload, own_cluster = load_trace(trace, options)
+        if max_jobs is not None:
+            if max_jobs < 1:
+                raise InvalidValue("--max-jobs must be at least 1", field="max_jobs")
+            workload = replace(
+                workload,
+                name=f"{workload.name}, first {max_jobs} jobs",
+                jobs=workload.jobs[:max_jobs],
+            )
         if cluster is not None:
             sim_cluster = load_cluster(cluster, gpus_per_node=gpus_per_node)
         elif own_cluster is not None:

@@ -157,7 +157,10 @@ def philly_workload(
     for item in [traces] if isinstance(traces, (str, Path)) else list(traces):
         paths.extend(_trace_files(Path(item)))
     pool = read_runtimes(runtimes)
+    # Two generators: drawing shares must not change the run times, so a trace with and
+    # without ``share_mix`` differs only in the shares.
     rng = np.random.default_rng(seed)
+    share_rng = np.random.default_rng([seed, 1])
     mix = np.asarray(share_mix, dtype=np.int64) if share_mix else None
     jobs: list[TraceJob] = []
     for path in paths:
@@ -172,7 +175,7 @@ def philly_workload(
             replicas, per = _gang(gpus, gpus_per_node)
             milli = per * 1000
             if mix is not None and gpus == 1:
-                milli = int(mix[rng.integers(len(mix))])
+                milli = int(mix[share_rng.integers(len(mix))])
             jobs.append(
                 TraceJob(
                     id=f"{tenant}-{line:05d}",
