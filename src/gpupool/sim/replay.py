@@ -77,6 +77,7 @@ class Replay:
         if scenario.equal_quotas and not workload.quotas:
             workload = equal_quotas(workload, cluster)
         self.workload = workload
+        self._traces = {tj.id: tj for tj in workload.jobs}
         self._schedule = schedule or _default_schedule()
         self.queue = EventQueue()
         self._priority = {p.name: p.value for p in DEFAULT_PRIORITY_CLASSES}
@@ -118,7 +119,6 @@ class Replay:
         """Replay to the end; ``progress(done_jobs, total_jobs)`` is called now and then."""
         for tj in self.workload.jobs:
             self.queue.push(tj.submit_time, Event(EventKind.ARRIVAL, tj.id))
-        self._traces = {tj.id: tj for tj in self.workload.jobs}
         for failure in self.options.failures:
             if failure.node not in self._nodes:
                 raise ValueError(f"node failure names node {failure.node!r}, not in the cluster")
