@@ -12,6 +12,7 @@ clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing e
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -37,6 +38,11 @@ from gpupool.web.routes import router as web_router
 
 log = logging.getLogger("gpupool.api")
 
+
+#: Routers of sibling edge packages served by the same app, by module name (each module has a
+#: ``router``). They are looked up at start rather than imported, because the edge packages are
+#: independent layers (see the import-linter contract); a missing one is skipped.
+EDGE_ROUTERS: tuple[str, ...] = ("gpupool.web.routes",)
 
 #: Environment variable carrying the settings to worker processes of ``gpupool server --workers``.
 SETTINGS_ENV = "GPUPOOL_SERVER_SETTINGS"
@@ -85,6 +91,13 @@ def create_app(
     errors.install(app)
     for module in (jobs, agent, nodes, admin, users, usage, events):
         app.include_router(module.router)
+    for name in EDGE_ROUTERS:
+        try:
+            edge = importlib.import_module(name)
+        except ImportError as exc:
+            log.info("not serving %s: %s", name, exc)
+            continue
+        app.include_router(edge.router)
     app.include_router(web_router)  # the dashboard at / (gpupool.web)
 
     registry = CollectorRegistry()
