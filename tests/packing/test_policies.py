@@ -187,3 +187,21 @@ def test_learning_policies_work_with_no_trace(name: str) -> None:
         choice = policy.place(capacity, pod, capacity.feasible_nodes(pod))
         assert choice is not None
         capacity.allocate(pod, choice)
+
+
+def test_fragaware_keeps_scarce_models_for_constrained_replicas() -> None:
+    # Node 0 has model B, which constrained replicas need; node 1 has model A. An unconstrained
+    # whole GPU scores the same on both (FGD would take row 0) but goes to model A.
+    capacity = cluster([[1000, 1000], [1000, 1000]], models=[1, 0])
+    policy = FragAwarePolicy(config=FragAwareConfig(prior_weight=0.001))
+    only_b = Shape(milli=1000, count=1, memory_mib=0, models=(False, True))
+    for _ in range(20):
+        policy.observe(only_b)
+        policy.observe(whole(1))
+    pod = whole(1)
+    choice = policy.place(capacity, pod, capacity.feasible_nodes(pod))
+    assert choice is not None
+    assert choice.node == 1
+    constrained = policy.place(capacity, only_b, capacity.feasible_nodes(only_b))
+    assert constrained is not None
+    assert constrained.node == 0

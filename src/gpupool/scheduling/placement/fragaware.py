@@ -16,6 +16,10 @@ how much the node's fragmentation drops. It differs in what a live scheduler can
   then the node order.
 - **GPU choice for a share.** Among GPUs of equal integer score, the one with the least free
   milli (best fit), then the larger exact drop.
+- **model scarcity.** A replica that accepts any GPU model goes first to the models that the
+  model-constrained shapes of the distribution need least (:meth:`FragAwarePolicy._scarcity`),
+  so replicas that can only use a scarce model still find it. Without constrained shapes this
+  rule does nothing.
 
 The packing experiment (``docs/benchmarks.md``, Packing) measures it against FGD: the best-fit
 tie-break is worth a little when the distribution is known, and learning the distribution online
@@ -38,6 +42,7 @@ from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
     Choice,
+    IntArray,
     PolicyOptions,
     Shape,
 )
@@ -48,6 +53,10 @@ from gpupool.scheduling.placement.fragmentation import (
     ShapeKey,
     shape_key,
 )
+
+#: Model-scarcity levels: a whole-GPU or share replica that accepts any model prefers GPU models
+#: fewer constrained replicas need (level 0) over scarcer ones (up to this level).
+SCARCITY_LEVELS = 4
 
 #: Shapes assumed before any arrival: (cpu milli, GPU milli per GPU, GPU count, any model).
 PRIOR_SHAPES: tuple[ShapeKey, ...] = (
@@ -195,16 +204,51 @@ class FragAwarePolicy:
 
     # -- placing ----------------------------------------------------------------------------
 
+    def _scarcity(self, capacity: CapacityArrays) -> IntArray:
+        """Per GPU model, 0..SCARCITY_LEVELS: how much model-constrained demand needs it.
+
+        Each constrained shape of the distribution spreads its GPU demand evenly over the models
+        it accepts; dividing by the model's GPUs and scaling to the most wanted model gives the
+        level. Without constrained shapes every level is 0.
+        """
+        dist = self._cache.dist
+        levels = np.zeros(len(capacity.model_names), dtype=np.int64)
+        if dist is None or dist.size == 0:
+            return levels
+        k = len(capacity.model_names)
+        allowed = dist.allowed[:, :k]
+        constrained = ~allowed.all(axis=1) & (dist.count > 0)
+        if not constrained.any():
+            return levels
+        share = (
+            np.where(
+                constrained[:, None],
+                allowed * (dist.prob * dist.milli * dist.count)[:, None],
+                0.0,
+            )
+            / np.maximum(allowed.sum(axis=1), 1)[:, None]
+        )
+        gpus = np.bincount(capacity.node_model, weights=capacity.usable.sum(axis=1), minlength=k)
+        need = share.sum(axis=0) / np.maximum(gpus, 1)
+        top = float(need.max())
+        if top <= 0:
+            return levels
+        scaled: IntArray = np.ceil(need / top * SCARCITY_LEVELS).astype(np.int64)
+        return scaled
+
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
         if not feasible.any():
             return None
         self._refresh(capacity)
         self._cache.sync(capacity)
         delta, gpu = self._cache.best(capacity, shape, feasible, tight=self.config.tight_gpu)
-        tie = TIE_BREAKS[self.config.tie](capacity, shape, delta)
-
-        primary = paper_score(delta, self.config.levels)
-        key = np.where(feasible, primary * 1e9 + np.clip(tie, 0.0, 9.99e8), -np.inf)
+        tie = np.clip(TIE_BREAKS[self.config.tie](capacity, shape, delta), 0.0, 9.99e8)
+        key = paper_score(delta, self.config.levels) * 1e9 + tie
+        if shape.models is None and shape.count > 0:
+            # Leave the GPU models that model-constrained replicas need to them.
+            scarcity = self._scarcity(capacity)[capacity.node_model]
+            key = key + (SCARCITY_LEVELS - scarcity) * 1e12
+        key = np.where(feasible, key, -np.inf)
         node = int(np.argmax(key))
         if not feasible[node]:
             return None
