@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpupool.control.accounting import UsageLine
 from gpupool.control.jobs import JobDetail
+from gpupool.control.nodes import DeviceSample, DeviceSlice
 from gpupool.control.nodes import NodeView as NodeInfo
 from gpupool.control.users import IssuedToken, TokenInfo
 from gpupool.domain.jobs import Job
@@ -22,8 +23,8 @@ from gpupool.schemas.admin import (
     TokenView,
     UserView,
 )
-from gpupool.schemas.jobs import FactorView, JobEventView, JobView
-from gpupool.schemas.nodes import DeviceView, NodeView, UsageLineView
+from gpupool.schemas.jobs import FactorView, JobEventView, JobSliceView, JobView
+from gpupool.schemas.nodes import DeviceSliceView, DeviceView, NodeView, UsageLineView
 
 
 def job_view(
@@ -63,6 +64,16 @@ def job_view(
         pending_reason=detail.pending_reason if detail else None,
         estimated_start=detail.estimated_start if detail else None,
         nodes=list(detail.nodes) if detail else [],
+        slices=[
+            JobSliceView(
+                replica=x.replica,
+                node=x.node,
+                device_uuid=x.device_uuid,
+                milli=x.milli,
+                memory_mib=x.memory_mib,
+            )
+            for x in (detail.slices if detail else ())
+        ],
         priority_factors=(
             [
                 FactorView(
@@ -90,7 +101,10 @@ def event_view(e: JobEvent) -> JobEventView:
     )
 
 
-def device_view(d: Device) -> DeviceView:
+def device_view(
+    d: Device, slices: tuple[DeviceSlice, ...] = (), sample: DeviceSample | None = None
+) -> DeviceView:
+    sample = sample or DeviceSample()
     return DeviceView(
         uuid=d.uuid,
         node=d.node,
@@ -103,6 +117,17 @@ def device_view(d: Device) -> DeviceView:
         nvlink_group=d.nvlink_group,
         mig_parent=d.mig_parent,
         mig_profile=d.mig_profile,
+        slices=[
+            DeviceSliceView(
+                job_id=x.job_id, tenant=x.tenant, milli=x.milli, memory_mib=x.memory_mib
+            )
+            for x in slices
+        ],
+        utilization_ratio=sample.utilization_ratio,
+        memory_used_mib=sample.memory_used_mib,
+        temperature_c=sample.temperature_c,
+        power_w=sample.power_w,
+        sampled_at=sample.sampled_at,
     )
 
 
@@ -117,7 +142,9 @@ def node_view(n: NodeInfo) -> NodeView:
         isolation_modes=list(n.isolation_modes),
         last_heartbeat=n.last_heartbeat,
         labels=dict(n.node.labels),
-        devices=[device_view(d) for d in n.devices],
+        devices=[
+            device_view(d, n.slices.get(d.uuid, ()), n.samples.get(d.uuid)) for d in n.devices
+        ],
     )
 
 

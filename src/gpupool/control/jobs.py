@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, bindparam, null, select
+from sqlalchemy import Select, bindparam, insert, null, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -32,13 +32,15 @@ from gpupool.domain.jobspec import build_spec
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import JobEvent
 from gpupool.domain.users import Permission
-from gpupool.store.mapping import event_from_row, job_from_row, job_to_row
+from gpupool.store.mapping import event_from_row, job_from_row, job_values
 from gpupool.store.models import (
     AssignmentModel,
+    AuditModel,
     JobEventModel,
     JobModel,
     PoolModel,
     PriorityClassModel,
+    SliceModel,
     TenantModel,
 )
 
@@ -54,6 +56,18 @@ class JobDetail:
     estimated_start: float | None = None
     nodes: tuple[str, ...] = ()
     assignments: tuple[str, ...] = ()
+    slices: tuple[JobSlice, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSlice:
+    """A share of one device held by one replica of a job (``milli`` milli-GPU, MiB)."""
+
+    replica: int
+    node: str
+    device_uuid: str
+    milli: int
+    memory_mib: int
 
 
 @dataclass(frozen=True)
@@ -67,8 +81,51 @@ class JobFilter:
 
 @dataclass(frozen=True)
 class JobPage:
+    """One page of jobs; ``details`` holds each job's detail (same order as ``jobs``)."""
+
     jobs: list[Job] = field(default_factory=list)
     next_cursor: str | None = None
+    details: list[JobDetail] = field(default_factory=list)
+
+
+def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
+    """Details of many jobs in two queries: live assignments and their active slices."""
+    ids = [r.id for r in rows]
+    live: dict[str, list[AssignmentModel]] = {}
+    slices: dict[str, list[JobSlice]] = {}
+    if ids:
+        by_id: dict[str, AssignmentModel] = {}
+        for a in s.scalars(
+            select(AssignmentModel)
+            .where(AssignmentModel.job_id.in_(ids), AssignmentModel.state != "finished")
+            .order_by(AssignmentModel.rank)
+        ):
+            live.setdefault(a.job_id, []).append(a)
+            by_id[a.id] = a
+        if by_id:
+            for sl in s.scalars(
+                select(SliceModel)
+                .where(SliceModel.assignment_id.in_(list(by_id)), SliceModel.active.is_(True))
+                .order_by(SliceModel.id)
+            ):
+                a = by_id[sl.assignment_id]
+                slices.setdefault(a.job_id, []).append(
+                    JobSlice(a.rank, a.node, sl.device_uuid, sl.milli, sl.memory_mib)
+                )
+    out = []
+    for row in rows:
+        mine = live.get(row.id, [])
+        out.append(
+            JobDetail(
+                job=job_from_row(row),
+                pending_reason=row.pending_reason,
+                estimated_start=row.estimated_start,
+                nodes=tuple(a.node for a in mine),
+                assignments=tuple(a.id for a in mine),
+                slices=tuple(sorted(slices.get(row.id, []), key=lambda x: x.replica)),
+            )
+        )
+    return out
 
 
 def _lookup(with_key: bool) -> Select[Any]:
@@ -100,7 +157,7 @@ def new_job_id() -> str:
 
 
 def _not_found(job_id: str) -> NotFound:
-    return NotFound(f"job {job_id!r} not found: list your jobs with `gpupool jobs`")
+    return NotFound(f"job {job_id!r} not found: list your jobs with `gpupool queue`")
 
 
 class JobService:
@@ -179,19 +236,19 @@ class JobService:
                 submit_time=now,
                 eligible_time=now,
             )
-            s.add(job_to_row(job, idempotency_key=key))
-            s.flush()  # the job row first: its event refers to it
-            s.add(
-                JobEventModel(
-                    job_id=job.id,
-                    time=now,
-                    source=JobState.PENDING.value,
-                    target=JobState.PENDING.value,
-                    version=job.version,
-                    reason="submitted",
-                )
-            )
-            audit.record(s, actor, "job.submit", now, target=job.id)
+            # Plain INSERTs (the hot path: no unit-of-work bookkeeping), job row first since
+            # its event refers to it.
+            s.execute(insert(JobModel), [job_values(job, idempotency_key=key)])
+            event = {
+                "job_id": job.id,
+                "time": now,
+                "source": JobState.PENDING.value,
+                "target": JobState.PENDING.value,
+                "version": job.version,
+                "reason": "submitted",
+            }
+            s.execute(insert(JobEventModel), [event])
+            s.execute(insert(AuditModel), [audit.values(actor, "job.submit", now, target=job.id)])
         self.cp.poke()
         return job, True
 
@@ -206,20 +263,7 @@ class JobService:
     def get(self, principal: Principal, job_id: str) -> JobDetail:
         with self.cp.read() as s:
             row = self._load(s, principal, job_id)
-            live = list(
-                s.scalars(
-                    select(AssignmentModel)
-                    .where(AssignmentModel.job_id == job_id, AssignmentModel.state != "finished")
-                    .order_by(AssignmentModel.rank)
-                )
-            )
-            return JobDetail(
-                job=job_from_row(row),
-                pending_reason=row.pending_reason,
-                estimated_start=row.estimated_start,
-                nodes=tuple(a.node for a in live),
-                assignments=tuple(a.id for a in live),
-            )
+            return load_details(s, [row])[0]
 
     def list_jobs(
         self, principal: Principal, flt: JobFilter, limit: int = 100, cursor: str | None = None
@@ -254,10 +298,11 @@ class JobService:
         query = query.order_by(JobModel.submit_time.desc(), JobModel.id.desc()).limit(limit + 1)
         with self.cp.read() as s:
             rows = list(s.scalars(query))
-        more = len(rows) > limit
-        rows = rows[:limit]
+            more = len(rows) > limit
+            rows = rows[:limit]
+            details = load_details(s, rows)
         next_cursor = f"{rows[-1].submit_time!r}_{rows[-1].id}" if more and rows else None
-        return JobPage([job_from_row(r) for r in rows], next_cursor)
+        return JobPage([d.job for d in details], next_cursor, details)
 
     def events(self, principal: Principal, job_id: str) -> list[JobEvent]:
         with self.cp.read() as s:

@@ -10,7 +10,8 @@ its live assignments end as ``NODE_FAIL`` (and requeue where the job's policy al
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 from gpupool import __version__
 from gpupool.control import audit
 from gpupool.control.accounting import accrue
-from gpupool.control.auth import Actor, Principal, require
+from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid, NotFound
 from gpupool.control.jobstate import attempt_outcome, finish_job, release_slices
@@ -43,6 +44,28 @@ log = logging.getLogger("gpupool.control.nodes")
 
 
 @dataclass(frozen=True)
+class DeviceSlice:
+    """A share of a device held by a job. ``job_id`` and ``tenant`` are ``None`` when the
+    caller may not see the job (another tenant's): the slice is shown, its owner is not."""
+
+    job_id: str | None
+    tenant: str | None
+    milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """A device's latest telemetry as the agent reported it; ``None`` fields are unknown."""
+
+    utilization_ratio: float | None = None
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sampled_at: float | None = None
+
+
+@dataclass(frozen=True)
 class NodeView:
     node: Node
     address: str | None
@@ -50,6 +73,30 @@ class NodeView:
     isolation_modes: tuple[str, ...]
     last_heartbeat: float
     devices: tuple[Device, ...]
+    slices: Mapping[str, tuple[DeviceSlice, ...]] = field(default_factory=dict)  # by uuid
+    samples: Mapping[str, DeviceSample] = field(default_factory=dict)  # by device uuid
+
+
+def _device_slices(s: Session, principal: Principal) -> dict[str, tuple[DeviceSlice, ...]]:
+    rows = s.execute(
+        select(
+            SliceModel.device_uuid,
+            SliceModel.job_id,
+            JobModel.tenant,
+            SliceModel.milli,
+            SliceModel.memory_mib,
+        )
+        .join(JobModel, JobModel.id == SliceModel.job_id)
+        .where(SliceModel.active.is_(True))
+        .order_by(SliceModel.id)
+    )
+    out: dict[str, list[DeviceSlice]] = {}
+    for uuid, job_id, tenant, milli, mib in rows:
+        seen = tenant_visible(principal, tenant)
+        out.setdefault(uuid, []).append(
+            DeviceSlice(job_id if seen else None, tenant if seen else None, milli, mib)
+        )
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def current_epoch(session: Session) -> int:
@@ -125,8 +172,13 @@ class NodeService:
         require(principal, Permission.NODE_READ)
         with self.cp.read() as s:
             devices: dict[str, list[Device]] = {}
+            samples: dict[str, DeviceSample] = {}
             for d in s.scalars(select(DeviceModel).order_by(DeviceModel.node, DeviceModel.index)):
                 devices.setdefault(d.node, []).append(device_from_row(d))
+                samples[d.uuid] = DeviceSample(
+                    d.utilization_ratio, d.memory_used_mib, d.temperature_c, d.power_w, d.sampled_at
+                )
+            slices = _device_slices(s, principal)
             return [
                 NodeView(
                     node=node_from_row(n),
@@ -135,6 +187,8 @@ class NodeService:
                     isolation_modes=tuple(n.isolation_modes),
                     last_heartbeat=n.last_heartbeat,
                     devices=tuple(devices.get(n.name, ())),
+                    slices={d.uuid: slices.get(d.uuid, ()) for d in devices.get(n.name, ())},
+                    samples={d.uuid: samples[d.uuid] for d in devices.get(n.name, ())},
                 )
                 for n in s.scalars(select(NodeModel).order_by(NodeModel.name))
             ]

@@ -32,6 +32,16 @@ class FactorView(WireModel):
     meaning: str
 
 
+class JobSliceView(WireModel):
+    """A share of one device held by one replica: ``milli`` milli-GPU, ``memory_mib`` MiB."""
+
+    replica: int
+    node: str
+    device_uuid: str
+    milli: int
+    memory_mib: int
+
+
 class JobView(WireModel):
     id: str
     name: str
@@ -64,6 +74,7 @@ class JobView(WireModel):
     pending_reason: str | None = None
     estimated_start: float | None = None
     nodes: list[str] = Field(default_factory=list)
+    slices: list[JobSliceView] = Field(default_factory=list)
     priority_factors: list[FactorView] | None = None
 
 

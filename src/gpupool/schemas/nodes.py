@@ -7,6 +7,16 @@ from pydantic import Field
 from gpupool.schemas.base import WireModel
 
 
+class DeviceSliceView(WireModel):
+    """A share of the device held by a job; ``job_id``/``tenant`` are null for a job of
+    another tenant (drawn as an anonymous segment)."""
+
+    job_id: str | None
+    tenant: str | None
+    milli: int
+    memory_mib: int
+
+
 class DeviceView(WireModel):
     uuid: str
     node: str
@@ -19,6 +29,12 @@ class DeviceView(WireModel):
     nvlink_group: int | None = None
     mig_parent: str | None = None
     mig_profile: str | None = None
+    slices: list[DeviceSliceView] = Field(default_factory=list)
+    utilization_ratio: float | None = None
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sampled_at: float | None = None
 
 
 class NodeView(WireModel):

@@ -59,7 +59,7 @@ def list_jobs(
     page = svc.jobs.list_jobs(
         who, JobFilter(states, tenant, user, pool, name), limit=limit, cursor=cursor
     )
-    return JobList(jobs=[job_view(j) for j in page.jobs], next_cursor=page.next_cursor)
+    return JobList(jobs=[job_view(d.job, d) for d in page.details], next_cursor=page.next_cursor)
 
 
 @router.get("/{job_id}", response_model=JobView)

@@ -35,7 +35,11 @@ def set_node_state(name: str, body: SetNodeStateRequest, svc: Svc, act: Act) -> 
 
 @router.get("/v1/devices", response_model=list[DeviceView])
 def list_devices(svc: Svc, who: Who) -> list[DeviceView]:
-    return [device_view(d) for n in svc.nodes.list_nodes(who) for d in n.devices]
+    return [
+        device_view(d, n.slices.get(d.uuid, ()), n.samples.get(d.uuid))
+        for n in svc.nodes.list_nodes(who)
+        for d in n.devices
+    ]
 
 
 @router.post("/v1/devices/{uuid}/pool", status_code=204)
