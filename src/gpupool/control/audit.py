@@ -6,6 +6,8 @@ without its record; refused and failed calls are written by the API in their own
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -13,8 +15,7 @@ from gpupool.control.auth import Actor
 from gpupool.store.models import AuditModel
 
 
-def record(
-    session: Session,
+def values(
     actor: Actor | None,
     action: str,
     now: float,
@@ -26,22 +27,35 @@ def record(
     method: str | None = None,
     path: str | None = None,
     remote: str | None = None,
-) -> None:
-    """Add an audit row to ``session`` (committed with the caller's transaction)."""
+) -> dict[str, Any]:
+    """The columns of one audit row."""
     principal = actor.principal if actor is not None else None
-    session.add(
-        AuditModel(
-            time=now,
-            actor=user or (principal.user if principal else "anonymous"),
-            role=role or (principal.role.value if principal else ""),
-            action=action,
-            method=method or (actor.method if actor else ""),
-            path=(path or (actor.path if actor else ""))[:500],
-            status=status,
-            remote=remote or (actor.remote if actor else None),
-            target=target,
-        )
-    )
+    return {
+        "time": now,
+        "actor": user or (principal.user if principal else "anonymous"),
+        "role": role or (principal.role.value if principal else ""),
+        "action": action,
+        "method": method or (actor.method if actor else ""),
+        "path": (path or (actor.path if actor else ""))[:500],
+        "status": status,
+        "remote": remote or (actor.remote if actor else None),
+        "target": target,
+    }
+
+
+def record(
+    session: Session,
+    actor: Actor | None,
+    action: str,
+    now: float,
+    **kw: Any,
+) -> None:
+    """Add an audit row to ``session`` (committed with the caller's transaction).
+
+    Keywords: ``target``, ``status``, ``user``, ``role``, ``method``, ``path``, ``remote``
+    (see :func:`values`).
+    """
+    session.add(AuditModel(**values(actor, action, now, **kw)))
 
 
 def recent(session: Session, limit: int = 100, since: float | None = None) -> list[AuditModel]:

@@ -114,9 +114,36 @@ def job_from_row(row: JobModel) -> Job:
 
 
 def job_to_row(job: Job, *, idempotency_key: str | None = None) -> JobModel:
-    row = JobModel(id=job.id, idempotency_key=idempotency_key)
-    apply_job(row, job)
-    return row
+    return JobModel(**job_values(job, idempotency_key=idempotency_key))
+
+
+def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    """Every column of a new job row, for a plain INSERT."""
+    return {
+        "id": job.id,
+        "idempotency_key": idempotency_key,
+        "name": job.spec.name,
+        "spec": spec_to_json(job.spec),
+        "tenant": job.tenant,
+        "user": job.user,
+        "pool": job.spec.pool,
+        "priority": job.priority,
+        "state": job.state.value,
+        "version": job.version,
+        "submit_time": job.submit_time,
+        "eligible_time": job.eligible_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "last_checkpoint_time": job.last_checkpoint_time,
+        "restart_count": job.restart_count,
+        "held": job.held,
+        "exit_code": job.exit_code,
+        "signal": job.signal,
+        "reason": job.reason,
+        "isolation": job.isolation.value if job.isolation else None,
+        "pending_reason": None,
+        "estimated_start": None,
+    }
 
 
 def apply_job(row: JobModel, job: Job) -> None:
