@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 JOBS = 500
 CLIENTS = 32
 KILLS = 3
-DEADLINE_S = 120.0
+# A safety net, not a speed target: on an idle 2-core machine the burst ends in well under a
+# minute, but CI machines are shared, so give the clients room before calling a submit lost.
+DEADLINE_S = 300.0
 
 
 def _setup(server: ServerProcess) -> str:
@@ -46,6 +48,7 @@ def _setup(server: ServerProcess) -> str:
     return server.admin_token()
 
 
+@pytest.mark.timeout(420)
 def test_acknowledged_jobs_survive_sigkill_exactly_once(tmp_path: Path) -> None:
     rng = random.Random(5)
     server = ServerProcess(tmp_path / "home", extra_args=("--node-timeout", "3600"))
