@@ -18,11 +18,16 @@ from rich.console import RenderableType
 from gpupool.cli import render
 from gpupool.cli.session import render_text
 from gpupool.cli.top import Frame, frame_view
-from gpupool.client.local import LocalReplica
 from gpupool.client.telemetry import ClusterTelemetry, DeviceSample, PoolSample
 from gpupool.schemas.admin import PoolView, PriorityClassView, QuotaView, TenantView, UserView
 from gpupool.schemas.jobs import FactorView, JobEventView, JobView
-from gpupool.schemas.nodes import DeviceView, NodeView, UsageLineView, UsageReport
+from gpupool.schemas.nodes import (
+    DeviceSliceView,
+    DeviceView,
+    NodeView,
+    UsageLineView,
+    UsageReport,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_796_000_000.0  # 2026-11-30T00:53:20Z
@@ -262,29 +267,24 @@ def test_admin_tables_layout() -> None:
 
 
 def test_top_frame_layout() -> None:
+    held = DEVICES[0].model_copy(
+        update={
+            "slices": [
+                DeviceSliceView(
+                    job_id="a1b2c3d4e5f6", tenant="vision", milli=500, memory_mib=10240
+                ),
+                DeviceSliceView(job_id=None, tenant=None, milli=250, memory_mib=20480),
+            ]
+        }
+    )
     frame = Frame(
-        devices=DEVICES,
+        devices=[held, DEVICES[1]],
         telemetry=ClusterTelemetry(
             devices=list(SAMPLES.values()),
             pools=[PoolSample("default", 0.1875, {"nlp": 1})],
             jobs_by_state={},
         ),
         running=[JOBS[0]],
-        slices=[
-            LocalReplica(
-                node="gpu-01",
-                assignment_id="x",
-                job_id="a1b2c3d4e5f6",
-                job_name="train-resnet",
-                rank=0,
-                restart_count=0,
-                device_uuids=("GPU-0",),
-                milli_per_device=500,
-                memory_mib_per_device=10240,
-                running=True,
-                path=Path("/nonexistent"),
-            )
-        ],
         now=T0 + 600,
     )
     check("top", frame_view(frame, "util"))

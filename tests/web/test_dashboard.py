@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.web.a11y import check_page
-from tests.web.pool import GPU_COUNT, NODE, LivePool
+from tests.web.pool import GPU_COUNT, NODE, LivePool, wait_for
 
 NAV = ["Overview", "Jobs", "Nodes", "Teams", "Usage"]
 
@@ -283,31 +283,42 @@ def test_pending_job_page_says_why_it_waits(page: Any, pool: LivePool, shots: Pa
     pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
 
 
-def test_per_job_slices_from_the_devices_endpoint_are_drawn_as_labelled_segments(
+def test_per_job_slices_from_the_server_are_drawn_as_segments_other_teams_anonymous(
     page: Any, pool: LivePool
 ) -> None:
-    """Today /v1/devices has no per-job slices; the overview draws them once it does.
+    """The overview draws each device's slices as the server lists them (``slices`` on
+    ``/v1/devices``): a segment per slice, labelled with its job for the viewer's own team and
+    anonymous (no job id) for another team's job, whose id never reaches the page."""
+    mine = pool.submit("alice", "alice-slice", gpus="0.25")
+    theirs = pool.submit("bob", "bob-slice", gpus="0.5")
+    for job_id in (mine, theirs):
+        pool.wait_state(job_id, "RUNNING")
+    where = {s["device_uuid"] for j in (mine, theirs) for s in pool.job(j)["slices"]}
+    assert where, "the running jobs list no slices"
+    sign_in(page, pool, "alice")
 
-    The response is extended in the browser (Playwright route) with the shape the overview
-    reads: ``slices: [{job_id, milli, memory_mib}]`` on each device.
-    """
-    first = pool.call("admin", "GET", "/v1/devices")[0]["uuid"]
+    def drawn(uuid: str) -> list[tuple[str, int]]:
+        tile = page.locator(f".gpu[data-uuid='{uuid}']")
+        tile.wait_for()
+        cells = tile.locator(".slice").evaluate_all(
+            "els => els.map((e) => [e.dataset.job, Number(e.dataset.milli)])"
+        )
+        return [(str(j), int(m)) for j, m in cells]
 
-    def add_slices(route: Any) -> None:
-        devices = route.fetch().json()
-        for d in devices:
-            d["slices"] = []
-        devices[0]["slices"] = [
-            {"job_id": "job-x", "milli": 250, "memory_mib": 1024},
-            {"job_id": "job-y", "milli": 500, "memory_mib": 2048},
-        ]
-        route.fulfill(json=devices)
+    def matches() -> bool | None:
+        devices = {d["uuid"]: d for d in pool.call("alice", "GET", "/v1/devices")}
+        for uuid in where:
+            want = [(s["job_id"] or "", s["milli"]) for s in devices[uuid]["slices"]]
+            if sorted(drawn(uuid)) != sorted(want):
+                return None
+        return True
 
-    page.route("**/v1/devices", add_slices)
-    sign_in(page, pool, "admin")
-    tile = page.locator(f".gpu[data-uuid='{first}']")
-    tile.locator(".slice[data-job='job-y']").wait_for()
-    assert tile.get_attribute("data-alloc-milli") == "750"
-    widths = tile.locator(".slice").evaluate_all("els => els.map((e) => e.style.width)")
-    assert widths == ["25%", "50%"]
-    assert "in 2 slices" in (tile.get_attribute("aria-label") or "")
+    wait_for(matches, 20, "the overview to draw the server's slices")
+    mine_drawn = [m for uuid in where for j, m in drawn(uuid) if j == mine]
+    assert mine_drawn == [250]
+    anonymous = [m for uuid in where for j, m in drawn(uuid) if j == ""]
+    assert 500 in anonymous
+    assert page.locator(f".slice[data-job='{theirs}']").count() == 0
+    assert theirs not in page.content()
+    for job_id in (mine, theirs):
+        pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})

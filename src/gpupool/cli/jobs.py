@@ -335,7 +335,6 @@ def queue(  # noqa: PLR0917 - typer options
             user = gp.whoami().user
         wanted = states or ACTIVE
         jobs = gp.list(state=wanted, user=user, tenant=account, pool=pool)
-        jobs = _with_details(gp, jobs)
         jobs.sort(key=_queue_order)
         if json_out:
             print_json(jobs)
@@ -345,17 +344,6 @@ def queue(  # noqa: PLR0917 - typer options
 
 def _queue_order(j: JobView) -> tuple[int, float, str]:
     return (0 if j.state != "PENDING" else 1, j.submit_time, j.id)
-
-
-def _with_details(gp: Client, jobs: list[JobView], cap: int = 200) -> list[JobView]:
-    """Pending jobs with their reason and start estimate (the list view leaves them out)."""
-    out = []
-    for i, j in enumerate(jobs):
-        if i < cap and (j.state == "PENDING" or not j.nodes) and not JobState(j.state).is_terminal:
-            out.append(gp.get(j.id))
-        else:
-            out.append(j)
-    return out
 
 
 def show(

@@ -8,9 +8,8 @@ seconds. Keys: ``q`` quits, ``s`` changes the sort order (see :data:`SORTS`). Th
 read from the terminal in cbreak mode, so it works over SSH; with no terminal (a pipe) or with
 ``--once`` one frame is printed and the command ends.
 
-Which job holds which slice is read from this machine's agent folders (the server does not
-report device assignments to clients yet); for other nodes a device shows its allocated share
-only, and the jobs table says which node each job runs on.
+Which job holds which slice comes from the server (``DeviceView.slices``); a slice of another
+tenant's job, which the caller may not see, shows as ``(other) share``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from rich.text import Text
 
 from gpupool.cli import render
 from gpupool.cli.session import ServerOpt, TokenOpt, console, emit, session
-from gpupool.client.local import LocalReplica, running_slices
 from gpupool.client.sdk import Client
 from gpupool.client.telemetry import ClusterTelemetry, DeviceSample
 from gpupool.control.clock import SystemClock
@@ -45,7 +43,6 @@ class Frame:
     devices: list[DeviceView]
     telemetry: ClusterTelemetry
     running: list[JobView]
-    slices: list[LocalReplica]
     now: float
 
 
@@ -73,7 +70,7 @@ def read_frame(gp: Client) -> Frame:
     devices = gp.devices()
     telemetry = gp.telemetry()
     running = gp.list(state=["RUNNING", "CONFIGURING", "COMPLETING"], limit=500)
-    return Frame(devices, telemetry, running, running_slices(gp.home), SystemClock().now())
+    return Frame(devices, telemetry, running, SystemClock().now())
 
 
 def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
@@ -82,10 +79,12 @@ def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
     jobs = {j.id: j for j in frame.running}
     on_device: dict[str, list[str]] = {}
     node_of: dict[str, set[str]] = {}
-    for r in frame.slices:
-        node_of.setdefault(r.job_id, set()).add(r.node)
-        for uuid in r.device_uuids:
-            on_device.setdefault(uuid, []).append(f"{r.job_id} {format_gpus(r.milli_per_device)}")
+    for d in frame.devices:
+        for sl in d.slices:
+            owner = sl.job_id or "(other)"
+            on_device.setdefault(d.uuid, []).append(f"{owner} {format_gpus(sl.milli)}")
+            if sl.job_id is not None:
+                node_of.setdefault(sl.job_id, set()).add(d.node)
     total = len(frame.devices)
     alloc = sum(s.allocated_milli for s in samples.values())
     utils = [s.utilization_ratio for s in samples.values() if s.utilization_ratio is not None]

@@ -10,8 +10,8 @@ variable once, when it initialises, so the allocation must come before the first
 :func:`allocate` refuses when it can tell CUDA already started. Leaving the ``with`` block (or
 :meth:`Allocation.release`) cancels the job, which frees the slice, and restores the variable.
 
-The device UUIDs come from the local agent's replica folder (see :mod:`gpupool.client.local`),
-so the notebook must run on the node that holds the slice, which is always the case for a
+The device UUIDs come from the server (the job's ``slices``); the notebook must run on the node
+that holds the slice, which is always the case for a
 standalone pool. Usage is accounted to the tenant like any job.
 
 Also sets ``GPUPOOL_ALLOCATION`` (the job id) and, for frameworks that honour it, nothing else:
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.client.errors import ClientError
-from gpupool.client.local import find_replicas
 from gpupool.client.sdk import Client
 from gpupool.domain.states import JobState
 from gpupool.domain.units import parse_duration
@@ -133,15 +132,15 @@ def start_allocation(
 
 
 def _devices_of(client: Client, job: JobView) -> tuple[str, ...]:
+    """The device UUIDs of the job's slices, as the server lists them (``JobView.slices``)."""
     for _ in range(20):
-        replicas = [r for r in find_replicas(client.home, job.id) if r.running]
-        if replicas:
-            return replicas[-1].device_uuids
+        if job.slices:
+            return tuple(sl.device_uuid for sl in sorted(job.slices, key=lambda x: x.replica))
         client.clock.sleep(0.25)
-    where = ", ".join(job.nodes) or "another node"
+        job = client.get(job.id)
     raise ClientError(
-        f"job {job.id} holds a slice on {where}, not on this machine: run the notebook on "
-        "that node (the server does not report device UUIDs to clients yet)"
+        f"job {job.id} is {job.state} but the server lists no device for it: "
+        f"see gpupool show {job.id}"
     )
 
 
