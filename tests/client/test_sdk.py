@@ -11,7 +11,6 @@ import pytest
 
 from gpupool.client import ApiError, Client, ServerUnreachable
 from gpupool.client.errors import EXIT_DENIED, EXIT_INVALID, EXIT_NOT_FOUND
-from gpupool.client.local import find_replicas, running_slices
 from gpupool.client.sdk import options_to_spec
 from gpupool.client.telemetry import parse_metrics
 from gpupool.domain.errors import SpecError
@@ -114,24 +113,6 @@ def test_metrics_page_parses_to_device_and_pool_samples() -> None:
     assert t.pools[0].queued == {"vision": 3}
 
 
-def replica(root: Path, kind: str, aid: str, job: str, restart: int, text: str) -> Path:
-    folder = root / "agent" / "n1" / kind / aid
-    folder.mkdir(parents=True)
-    spec = {
-        "assignment_id": aid,
-        "job_id": job,
-        "job_name": "j",
-        "replica_rank": 0,
-        "restart_count": restart,
-        "device_uuids": ["GPU-a"],
-        "milli_per_device": 500,
-        "memory_mib_per_device": 1024,
-    }
-    (folder / "assignment.json").write_text(json.dumps({"assignment": spec}))
-    (folder / "stdout.log").write_text(text)
-    return folder
-
-
 def job_json(state: str) -> dict[str, Any]:
     return {
         "id": "j1",
@@ -163,16 +144,6 @@ def job_json(state: str) -> dict[str, Any]:
         "isolation": None,
         "time_limit_s": None,
     }
-
-
-def test_logs_show_the_latest_attempt_from_local_agent_folders(tmp_path: Path) -> None:
-    replica(tmp_path, "done", "a1", "j1", 0, "first attempt\n")
-    replica(tmp_path, "jobs", "a2", "j1", 1, "second\npartial")
-    replica(tmp_path, "jobs", "a3", "other", 0, "not mine\n")
-    assert [r.assignment_id for r in find_replicas(tmp_path, "j1")] == ["a1", "a2"]
-    assert {r.job_id for r in running_slices(tmp_path)} == {"j1", "other"}
-    gp = mock(lambda _r: httpx.Response(200, json=job_json("COMPLETED")), tmp_path)
-    assert "".join(gp.logs("j1")) == "second\npartial"
 
 
 def test_wait_follows_a_requeue_and_times_out_on_a_manual_clock(tmp_path: Path) -> None:
@@ -208,14 +179,46 @@ def test_wait_follows_a_requeue_and_times_out_on_a_manual_clock(tmp_path: Path) 
     assert once.wait("j1").state == "FAILED"  # a few looks, then it is final
 
 
-def test_logs_of_a_job_on_another_machine_say_where_they_are(tmp_path: Path) -> None:
-    from gpupool.client.errors import EXIT_NOT_FOUND, LogsUnavailable
+def _log_server(job: dict[str, Any], log: bytes, states: list[str]) -> Any:
+    """A mock server: the job (its state from ``states``, then the last one forever) and a
+    log that grows by one line per read until it is whole."""
+    shown = {"upto": 0}
+    order = iter(states)
+    last = {"state": states[-1]}
 
-    view = job_json("RUNNING") | {"nodes": ["gpu-07"]}
-    gp = mock(lambda _r: httpx.Response(200, json=view), tmp_path)
-    with pytest.raises(LogsUnavailable, match="kept by the agent on gpu-07") as info:
-        list(gp.logs("j1"))
-    assert info.value.exit_code == EXIT_NOT_FOUND
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/logs"):
+            offset = int(request.url.params.get("offset", "0"))
+            cut = log.find(b"\n", shown["upto"]) + 1 or len(log)
+            shown["upto"] = cut
+            piece = log[offset:cut]
+            headers = {"X-Log-Start": str(offset), "X-Log-Next": str(offset + len(piece))}
+            return httpx.Response(200, content=piece, headers=headers)
+        last["state"] = next(order, last["state"])
+        return httpx.Response(200, json=job | {"state": last["state"]})
+
+    return handle
+
+
+def test_logs_follow_the_server_by_offset_until_the_job_ends(tmp_path: Path) -> None:
+    from gpupool.control.clock import ManualClock
+
+    server = _log_server(job_json("RUNNING"), b"one\ntwo\nthree", ["RUNNING"] * 3 + ["COMPLETED"])
+    gp = Client(
+        "http://pool.test",
+        "gp_t",
+        home=tmp_path,
+        clock=ManualClock(),
+        transport=httpx.MockTransport(server),
+    )
+    assert list(gp.logs("j1", follow=True)) == ["one\n", "two\n", "three"]
+
+
+def test_logs_of_an_ended_job_are_read_to_the_end_at_once(tmp_path: Path) -> None:
+    gp = mock(_log_server(job_json("COMPLETED"), b"a\nb\n", ["COMPLETED"]), tmp_path)
+    assert "".join(gp.logs("j1")) == "a\nb\n"
+    page = gp.log_text("j1", offset=2)
+    assert (page.start, page.next_offset) == (2, 4)
 
 
 def test_submit_retries_a_lost_connection_with_the_same_idempotency_key(tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tests.e2e.pool import Pool, wait_for
+import os
+import subprocess
+from pathlib import Path
+
+from tests.e2e.pool import PY, REPO, Pool, wait_for
 
 SHARES = ["0.25", "0.5", "250m", "10%", "0.3"]
 
@@ -81,3 +85,29 @@ def test_a_gang_starts_on_two_nodes_with_consistent_rendezvous(pool: Pool) -> No
     assert {e0["GPUPOOL_NODE"], e1["GPUPOOL_NODE"]} == {"n1", "n2"}
     assert e0["LOCAL_RANK"] == e1["LOCAL_RANK"] == "0"
     assert r0["peer"] == "hello from rank 1"  # both ran at once and met at MASTER_ADDR:PORT
+
+
+def test_a_jobs_output_reaches_gpupool_logs_through_the_server(pool: Pool, tmp_path: Path) -> None:
+    program = (
+        "import sys, time\n"
+        "for i in range(3):\n"
+        "    print(f'line {i}', flush=True); time.sleep(0.7)\n"
+        "print('to stderr', file=sys.stderr)\n"
+    )
+    spec = {"name": "talker", "command": [PY, "-c", program], "resources": {"gpus": "0.25"}}
+    job_id = pool.post("/v1/jobs", {"spec": spec})["job"]["id"]
+    pool.wait_state(job_id, "RUNNING", "COMPLETED")
+    token = (pool.home / "admin-token").read_text().strip()
+    # A client on another machine: its own empty home, nothing of the agent's folders.
+    env = {**os.environ, "GPUPOOL_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    cli = [PY, "-m", "gpupool.cli", "logs", job_id, "--server", pool.url, "--token", token]
+    followed = subprocess.run(
+        [*cli, "-f"], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == "line 0\nline 1\nline 2\n"
+    assert pool.wait_state(job_id, "COMPLETED")["exit_code"] == 0
+    errors = subprocess.run(
+        [*cli, "--stderr"], check=True, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert errors.stdout == "to stderr\n"

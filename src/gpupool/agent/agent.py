@@ -31,6 +31,7 @@ from gpupool import __version__
 from gpupool.agent.env import job_env
 from gpupool.agent.executor import Executor, Observed
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
+from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
     default_address,
     host_cpu_milli,
@@ -38,7 +39,7 @@ from gpupool.agent.node import (
     wire_devices,
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
-from gpupool.agent.transport import Backoff, ServerUnavailable, Transport
+from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.usage import newest_mtime, usage_by_replica
 from gpupool.control.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
@@ -78,6 +79,7 @@ class AgentConfig:
     labels: dict[str, str] = field(default_factory=dict)
     heartbeat_interval_s: float = 5.0  # until the server says otherwise
     local_tick_s: float = 0.25
+    log_ship_interval_s: float = 1.0  # how often new log bytes go to the server
     log_cap_bytes: int = 64 * 1024 * 1024
     watchdog_grace_s: float = 30.0
     pressure_threshold: float = 0.95
@@ -134,6 +136,11 @@ class Agent:
             if daemon.available and daemon.start():
                 self.mps = daemon
         self.heartbeats = 0
+        self.shipper = (
+            LogShipper(transport, self.executor.log_path)
+            if isinstance(transport, LogSink)
+            else None
+        )
 
     # ------------------------------------------------------------------ start-up
 
@@ -153,6 +160,8 @@ class Agent:
                 local_stop=data.get("local_stop"),
             )
             adopted.append(key)
+            if self.shipper is not None:
+                self.shipper.track(key)
         return adopted
 
     def register_request(self) -> RegisterRequest:
@@ -406,6 +415,8 @@ class Agent:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
         self.replicas[a.assignment_id] = replica
         self.executor.launch(a.assignment_id, spec, self._record(replica))
+        if self.shipper is not None:
+            self.shipper.track(a.assignment_id)
         return True
 
     # ------------------------------------------------------------------ loop
@@ -416,6 +427,7 @@ class Agent:
         mono = self.clock.monotonic
         next_beat = mono()
         next_mps_check = mono() + 60.0
+        next_ship = mono()
         while not stop.is_set():
             changed = self.observe()
             now = mono()
@@ -424,6 +436,7 @@ class Agent:
                 try:
                     if not self.registered:
                         self.register()
+                    self.ship_logs()  # output first, so a reported exit has its last lines
                     self.heartbeat()
                     self.observe()
                     if self.last_error is not None:
@@ -437,10 +450,23 @@ class Agent:
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)
                     next_beat = mono() + delay
+            if self.shipper is not None and self.registered and mono() >= next_ship:
+                self.ship_logs()
+                next_ship = mono() + self.config.log_ship_interval_s
             if self.mps is not None and now >= next_mps_check:
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+
+    def ship_logs(self) -> int:
+        """Send new log bytes to the server (best effort); returns the bytes sent."""
+        if self.shipper is None:
+            return 0
+        try:
+            return self.shipper.ship(list(self.replicas))
+        except (ServerUnavailable, AgentRejected) as exc:
+            log.debug("log shipping postponed: %s", exc)
+            return 0
 
     def close(self) -> None:
         self.transport.close()

@@ -20,6 +20,8 @@ from gpupool.domain.errors import GpupoolError
 from gpupool.schemas.agent import (
     HeartbeatRequest,
     HeartbeatResponse,
+    LogAck,
+    LogChunkRequest,
     RegisterRequest,
     RegisterResponse,
 )
@@ -92,6 +94,9 @@ class HttpTransport:
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         return self._post("/v1/agent/heartbeat", request, HeartbeatResponse)
+
+    def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
+        return self._post("/v1/agent/logs", chunk, LogAck)
 
     def close(self) -> None:
         self._client.close()

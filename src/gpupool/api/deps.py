@@ -17,6 +17,7 @@ from gpupool.control.auth import Actor, Principal, authenticate
 from gpupool.control.context import ControlPlane
 from gpupool.control.heartbeat import HeartbeatService
 from gpupool.control.jobs import JobService
+from gpupool.control.logs import LogService
 from gpupool.control.loop import SchedulingLoop
 from gpupool.control.nodes import NodeService
 from gpupool.control.pools import PoolService
@@ -34,6 +35,7 @@ class Services:
     tenants: TenantService
     users: UserService
     accounting: AccountingService
+    logs: LogService
     loop: SchedulingLoop | None = None
 
     @classmethod
@@ -47,6 +49,7 @@ class Services:
             tenants=TenantService(cp),
             users=UserService(cp),
             accounting=AccountingService(cp),
+            logs=LogService(cp),
             loop=loop,
         )
 

@@ -24,7 +24,7 @@ log = logging.getLogger("gpupool.api")
 PROBLEM = "application/problem+json"
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: High-frequency protocol calls recorded in node state rather than the audit log.
-NOT_AUDITED = ("/v1/agent/heartbeat",)
+NOT_AUDITED = ("/v1/agent/heartbeat", "/v1/agent/logs")
 
 
 def problem_response(

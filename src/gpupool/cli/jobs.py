@@ -386,8 +386,8 @@ def logs(
 
       gpupool logs -f 3f2a9c1d0b7e
 
-    Logs are read from the agent folders of this machine ($GPUPOOL_HOME/agent): the server
-    does not serve logs yet.
+    The server keeps the newest 8 MiB of each replica's stdout and stderr (the agent ships
+    new output every second); -f polls it until the job ends.
     """
     with session(server, token) as gp:
         for line in gp.logs(job_id, stream="stderr" if stderr else "stdout", follow=follow):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,11 +36,9 @@ from gpupool.client.config import Resolved, gpupool_home, resolve
 from gpupool.client.errors import (
     ApiError,
     ConfigError,
-    LogsUnavailable,
     ServerUnreachable,
     WaitTimeout,
 )
-from gpupool.client.local import find_replicas
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
@@ -322,41 +321,60 @@ class Client:
                 )
             self.clock.sleep(poll_s)
 
+    def log_text(
+        self,
+        job_id: str,
+        *,
+        stream: str = "stdout",
+        replica: int = 0,
+        tail: int | None = None,
+        offset: int | None = None,
+    ) -> LogPage:
+        """One read of ``GET /v1/jobs/{id}/logs``: the last ``tail`` lines, or the bytes from
+        log ``offset`` on (a page; ask again from ``next_offset``), or all the server keeps."""
+        if stream not in ("stdout", "stderr"):
+            raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
+        params: dict[str, Any] = {"stream": stream, "replica": replica}
+        if tail is not None:
+            params["tail"] = tail
+        if offset is not None:
+            params["offset"] = offset
+        r = self.request("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        start = int(r.headers.get("X-Log-Start", "0"))
+        return LogPage(r.text, start, int(r.headers.get("X-Log-Next", start + len(r.content))))
+
     def logs(
         self, job_id: str, *, stream: str = "stdout", follow: bool = False, poll_s: float = 0.5
     ) -> Iterator[str]:
-        """The job's output, line by line (with ``follow``, until the job ends).
-
-        The server has no log endpoint yet: logs are read from this machine's agent folders
-        (``$GPUPOOL_HOME/agent``), so this works for a standalone pool and on the job's node.
-        The latest attempt is shown; a gang's lines are prefixed with the replica rank.
-        """
-        if stream not in ("stdout", "stderr"):
-            raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
+        """The job's output as the server keeps it, line by line (with ``follow``, polling
+        from the last offset until the job ends). A gang's lines are prefixed with the rank."""
         job = self.get(job_id)  # also checks the caller may see the job
-        offsets: dict[str, int] = {}  # assignment id -> bytes read (its folder moves)
+        offsets = dict.fromkeys(range(job.replicas), 0)
+        partial = dict.fromkeys(range(job.replicas), "")
+        final = not follow or job_has_ended(job)
         while True:
-            replicas = find_replicas(self.home, job_id)
-            if replicas:
-                latest = max(r.restart_count for r in replicas)
-                for r in (x for x in replicas if x.restart_count == latest):
-                    path = r.stdout if stream == "stdout" else r.stderr
-                    prefix = f"[{r.rank}] " if job.replicas > 1 else ""
-                    for line in _read_new(path, r.assignment_id, offsets, final=not follow):
-                        yield prefix + line
-            elif not follow and JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
-                where = ", ".join(job.nodes) or "its node"
-                raise LogsUnavailable(
-                    f"no logs of job {job_id} on this machine: they are kept by the agent on "
-                    f"{where} under $GPUPOOL_HOME/agent (the server does not serve logs yet)"
-                )
-            if not follow or job_has_ended(job):
+            quiet = True
+            for rank in offsets:
+                page = self.log_text(job_id, stream=stream, replica=rank, offset=offsets[rank])
+                if page.next_offset > offsets[rank]:
+                    quiet = False
+                offsets[rank] = page.next_offset
+                text = partial[rank] + page.text
+                cut = text.rfind("\n") + 1
+                partial[rank] = text[cut:]
+                prefix = f"[{rank}] " if job.replicas > 1 else ""
+                for line in text[:cut].splitlines(keepends=True):
+                    yield prefix + line
+            if final and quiet:
+                for rank, rest in partial.items():
+                    if rest:
+                        yield (f"[{rank}] " if job.replicas > 1 else "") + rest
                 return
-            self.clock.sleep(poll_s)
-            job = self.get(job_id)
-            if job_has_ended(job):
-                # one last read after the end, so the tail is not lost
-                follow = False
+            if quiet:
+                self.clock.sleep(poll_s)
+                job = self.get(job_id)
+                # after the end, read until nothing new comes, so the tail is not lost
+                final = job_has_ended(job)
 
     # ------------------------------------------------------------------ nodes and devices
 
@@ -474,6 +492,16 @@ MAY_REQUEUE = frozenset(
 REQUEUE_SETTLE_POLLS = 3
 
 
+@dataclass(frozen=True)
+class LogPage:
+    """Log text from the server: ``start`` is the log offset of its first byte, and
+    ``next_offset`` where the next read continues."""
+
+    text: str
+    start: int
+    next_offset: int
+
+
 def job_has_ended(job: JobView) -> bool:
     """True when the job is in a terminal state.
 
@@ -481,18 +509,3 @@ def job_has_ended(job: JobView) -> bool:
     move shortly after); :meth:`Client.wait` polls a few more times before trusting those.
     """
     return JobState(job.state).is_terminal
-
-
-def _read_new(path: Path, key: str, offsets: dict[str, int], *, final: bool) -> Iterator[str]:
-    """Complete lines appended to ``path`` since the last call; with ``final``, a partial one."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offsets.get(key, 0))
-            data = f.read()
-    except OSError:
-        return
-    end = len(data) if final else data.rfind(b"\n") + 1
-    if end <= 0:
-        return
-    offsets[key] = offsets.get(key, 0) + end
-    yield from data[:end].decode("utf-8", "replace").splitlines(keepends=True)

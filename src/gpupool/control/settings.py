@@ -7,6 +7,8 @@
 - ``tick_s``: the scheduling loop's periodic wake-up (it also wakes on events).
 - ``temperature_alert_c``: a device at or above this temperature raises an alert.
 - ``schedule``: whether this server runs the scheduling loop (it still needs the leader lease).
+- ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
+  are dropped beyond it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class ServerSettings:
     temperature_alert_c: float = 85.0
     schedule: bool = True
     migrate: bool = False
+    log_keep_bytes: int = 8 * 1024 * 1024
     server_id: str = field(default_factory=_server_id)
 
     @property

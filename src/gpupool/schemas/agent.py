@@ -225,3 +225,33 @@ class HeartbeatResponse(WireModel):
     registered: bool = Field(
         default=True, description="False when the server does not know the node: register again"
     )
+
+
+#: The most raw bytes one ``/v1/agent/logs`` chunk may carry (before base64).
+LOG_CHUNK_MAX_BYTES = 256 * 1024
+
+
+class LogStream(str, enum.Enum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+class LogChunkRequest(WireModel):
+    """New bytes of one replica's log: ``data`` (base64) starts at byte ``offset`` of the
+    replica's ``stream`` file on the node. ``/v1/agent/logs`` answers :class:`LogAck`."""
+
+    assignment_id: str
+    stream: LogStream
+    offset: int = Field(ge=0)
+    data: str = Field(
+        max_length=(LOG_CHUNK_MAX_BYTES + 2) // 3 * 4, description="base64 of the bytes"
+    )
+
+
+class LogAck(WireModel):
+    """``next_offset``: the byte of this replica's stream the server wants next (the agent
+    continues from there; after an agent restart it may be beyond what the agent sent).
+    ``kept`` is False when the server does not know the assignment (the agent stops)."""
+
+    next_offset: int
+    kept: bool = True

@@ -8,6 +8,8 @@ from gpupool.api.deps import Act, Svc
 from gpupool.schemas.agent import (
     HeartbeatRequest,
     HeartbeatResponse,
+    LogAck,
+    LogChunkRequest,
     RegisterRequest,
     RegisterResponse,
 )
@@ -23,3 +25,9 @@ def register(body: RegisterRequest, svc: Svc, act: Act) -> RegisterResponse:
 @router.post("/heartbeat", response_model=HeartbeatResponse)
 def heartbeat(body: HeartbeatRequest, svc: Svc, act: Act) -> HeartbeatResponse:
     return svc.heartbeat.heartbeat(act, body)
+
+
+@router.post("/logs", response_model=LogAck)
+def ship_logs(body: LogChunkRequest, svc: Svc, act: Act) -> LogAck:
+    """New bytes of a replica's stdout or stderr (see :mod:`gpupool.control.logs`)."""
+    return svc.logs.append(act, body)

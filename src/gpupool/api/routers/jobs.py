@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import PlainTextResponse
 
 from gpupool.api.deps import Act, Svc, Who
 from gpupool.api.views import event_view, job_view
 from gpupool.control.errors import Invalid
 from gpupool.control.jobs import JobFilter
 from gpupool.domain.states import JobState
+from gpupool.schemas.agent import LogStream
 from gpupool.schemas.jobs import (
     CancelJobRequest,
     JobEventView,
@@ -73,6 +75,28 @@ def get_job(job_id: str, svc: Svc, who: Who) -> JobView:
 @router.get("/{job_id}/events", response_model=list[JobEventView])
 def job_events(job_id: str, svc: Svc, who: Who) -> list[JobEventView]:
     return [event_view(e) for e in svc.jobs.events(who, job_id)]
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def job_logs(
+    job_id: str,
+    svc: Svc,
+    who: Who,
+    *,
+    stream: LogStream = LogStream.STDOUT,
+    replica: Annotated[int, Query(ge=0)] = 0,
+    tail: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+    offset: Annotated[int | None, Query(ge=0)] = None,
+) -> PlainTextResponse:
+    """A replica's stdout or stderr as text: the last ``tail`` lines, or from byte ``offset``.
+
+    Headers: ``X-Log-Start`` (offset of the first byte returned) and ``X-Log-Next`` (the offset
+    to pass next time, to follow the log)."""
+    got = svc.logs.read(who, job_id, stream, replica=replica, tail=tail, offset=offset)
+    return PlainTextResponse(
+        got.text,
+        headers={"X-Log-Start": str(got.start), "X-Log-Next": str(got.next_offset)},
+    )
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)

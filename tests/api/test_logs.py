@@ -1,0 +1,117 @@
+"""Job logs through the server: agents ship chunks by node offset, clients read text by tail
+or log offset; resent chunks are stored once, old bytes are dropped beyond the cap, and other
+tenants' logs are not found."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from sqlalchemy import select
+
+from gpupool.control.auth import Actor, Principal
+from gpupool.control.context import ControlPlane
+from gpupool.control.logs import LogService
+from gpupool.control.loop import SchedulingLoop
+from gpupool.domain.users import Role
+from gpupool.schemas.agent import LogChunkRequest, LogStream
+from gpupool.store.models import AssignmentModel
+from tests.api.helpers import Api, make_api
+from tests.control.builders import register
+
+AGENT = Actor(Principal("agent", Role.AGENT, None, "t"), "POST", "/test", "127.0.0.1")
+
+
+@pytest.fixture
+def api(cp: ControlPlane) -> Api:
+    return make_api(cp)
+
+
+def _running(api: Api, cp: ControlPlane) -> tuple[str, str]:
+    """A red job placed on n1, and its assignment id."""
+    register(cp, "n1", gpus=1)
+    job_id = api.submit(api.tokens["member"], "talker")
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    assert loop.cycle().started == (job_id,)
+    with cp.read() as s:
+        aid = s.scalars(select(AssignmentModel.id).where(AssignmentModel.job_id == job_id)).one()
+    return job_id, aid
+
+
+def _chunk(aid: str, offset: int, data: bytes, stream: str = "stdout") -> dict[str, object]:
+    return {
+        "assignment_id": aid,
+        "stream": stream,
+        "offset": offset,
+        "data": base64.b64encode(data).decode(),
+    }
+
+
+def test_shipped_chunks_read_back_whole_by_tail_and_by_offset(api: Api, cp: ControlPlane) -> None:
+    job_id, aid = _running(api, cp)
+    agent = api.tokens["agent"]
+    sends = ((0, b"hello\nwor", 9), (9, b"ld\n", 12), (0, b"hello\nwor", 12))  # one resent
+    for offset, data, wanted_next in sends:
+        answer = api.call(agent, "POST", "/v1/agent/logs", _chunk(aid, offset, data))
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"next_offset": wanted_next, "kept": True}
+    api.call(agent, "POST", "/v1/agent/logs", _chunk(aid, 0, b"oops\n", "stderr"))
+    member = api.tokens["member"]
+    whole = api.call(member, "GET", f"/v1/jobs/{job_id}/logs")
+    assert whole.text == "hello\nworld\n"
+    assert whole.headers["content-type"].startswith("text/plain")
+    assert api.call(member, "GET", f"/v1/jobs/{job_id}/logs?tail=1").text == "world\n"
+    later = api.call(member, "GET", f"/v1/jobs/{job_id}/logs?offset=6")
+    assert (later.text, later.headers["X-Log-Start"], later.headers["X-Log-Next"]) == (
+        "world\n",
+        "6",
+        "12",
+    )
+    assert api.call(member, "GET", f"/v1/jobs/{job_id}/logs?offset=12").text == ""
+    errors = api.call(member, "GET", f"/v1/jobs/{job_id}/logs?stream=stderr")
+    assert errors.text == "oops\n"
+
+
+def test_another_tenants_logs_are_not_found(api: Api, cp: ControlPlane) -> None:
+    job_id, aid = _running(api, cp)
+    api.call(api.tokens["agent"], "POST", "/v1/agent/logs", _chunk(aid, 0, b"secret\n"))
+    hidden = api.call(api.blue_member, "GET", f"/v1/jobs/{job_id}/logs")
+    assert hidden.status_code == 404
+    assert "secret" not in hidden.text
+    assert api.call(api.tokens["viewer"], "GET", f"/v1/jobs/{job_id}/logs").text == "secret\n"
+
+
+def test_a_chunk_of_an_unknown_assignment_is_not_kept(cp: ControlPlane) -> None:
+    ack = LogService(cp).append(
+        AGENT, LogChunkRequest(assignment_id="gone", stream=LogStream.STDOUT, offset=5, data="")
+    )
+    assert not ack.kept
+
+
+def test_beyond_the_cap_the_oldest_bytes_are_dropped_and_offsets_keep_counting(
+    api: Api, cp: ControlPlane
+) -> None:
+    job_id, aid = _running(api, cp)
+    logs = LogService(cp)
+    logs.keep = 1024
+    lines = b"".join(b"line %04d\n" % i for i in range(300))  # 3000 bytes
+    for start in range(0, len(lines), 500):
+        piece = lines[start : start + 500]
+        logs.append(
+            AGENT,
+            LogChunkRequest(
+                assignment_id=aid,
+                stream=LogStream.STDOUT,
+                offset=start,
+                data=base64.b64encode(piece).decode(),
+            ),
+        )
+    member = Principal("member-red", Role.MEMBER, "red", "t")
+    kept = logs.read(member, job_id)
+    assert kept.next_offset == len(lines)
+    assert 1024 <= len(kept.text) <= 1024 + 128
+    assert kept.text.endswith("line 0299\n")
+    assert lines.decode().endswith(kept.text)
+    assert kept.start == len(lines) - len(kept.text)
+    assert logs.read(member, job_id, offset=0).start == kept.start
