@@ -58,6 +58,7 @@ CASES = [
         None,
         lambda t: {"assignment_id": "unknown", "stream": "stdout", "offset": 0, "data": ""},
     ),
+    Case("GET", "/v1/agent/nodes/{name}/orders", "403 403 403 403 403 ok"),
     Case("GET", "/v1/nodes", "ok ok ok ok ok 403"),
     Case("GET", "/v1/nodes/{name}", "ok ok ok ok ok 403"),
     Case(

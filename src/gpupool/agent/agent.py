@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
 from gpupool.agent.env import job_env
@@ -59,11 +59,23 @@ from gpupool.schemas.agent import (
     AssignmentSpec,
     HeartbeatRequest,
     HeartbeatResponse,
+    OrdersAnswer,
     RegisterRequest,
     StopOrder,
 )
 
 log = logging.getLogger("gpupool.agent")
+#: Seconds one long poll for new orders waits on the server.
+LONG_POLL_S = 25.0
+
+
+@runtime_checkable
+class OrderWaiter(Protocol):
+    """A transport with the long poll (``GET /v1/agent/nodes/{name}/orders``)."""
+
+    def wait_for_orders(self, node: str, since: int, timeout_s: float) -> OrdersAnswer: ...
+
+
 SOFT_HOOK_DIR = str(Path(__file__).resolve().parent.parent / "runtime" / "softhook")
 
 
@@ -136,6 +148,7 @@ class Agent:
             if daemon.available and daemon.start():
                 self.mps = daemon
         self.heartbeats = 0
+        self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
             if isinstance(transport, LogSink)
@@ -424,6 +437,13 @@ class Agent:
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set. Replicas keep running after it returns."""
         self.adopt()
+        if isinstance(self.transport, OrderWaiter):
+            threading.Thread(
+                target=self._long_poll,
+                args=(self.transport, stop),
+                name="gpupool-agent-orders",
+                daemon=True,
+            ).start()
         mono = self.clock.monotonic
         next_beat = mono()
         next_mps_check = mono() + 60.0
@@ -432,7 +452,9 @@ class Agent:
             changed = self.observe()
             now = mono()
             healthy_link = self.backoff.failures == 0
-            if now >= next_beat or (changed and healthy_link and self.registered):
+            woken = self._beat_now.is_set()
+            if now >= next_beat or ((changed or woken) and healthy_link and self.registered):
+                self._beat_now.clear()
                 try:
                     if not self.registered:
                         self.register()
@@ -457,6 +479,24 @@ class Agent:
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+
+    def _long_poll(self, waiter: OrderWaiter, stop: threading.Event) -> None:
+        """Wait on the server for new orders; wake the loop to heartbeat when they come.
+
+        A server without the long poll (an older one) is left alone: heartbeats cover it."""
+        seq = -1
+        while not stop.is_set():
+            try:
+                answer = waiter.wait_for_orders(self.config.node, seq, LONG_POLL_S)
+            except AgentRejected as exc:
+                log.info("no long poll (%s): new orders come with heartbeats", exc)
+                return
+            except ServerUnavailable:
+                stop.wait(1.0)
+                continue
+            if answer.changed and seq >= 0:
+                self._beat_now.set()
+            seq = answer.seq
 
     def ship_logs(self) -> int:
         """Send new log bytes to the server (best effort); returns the bytes sent."""

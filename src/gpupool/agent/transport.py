@@ -22,6 +22,7 @@ from gpupool.schemas.agent import (
     HeartbeatResponse,
     LogAck,
     LogChunkRequest,
+    OrdersAnswer,
     RegisterRequest,
     RegisterResponse,
 )
@@ -65,6 +66,13 @@ class HttpTransport:
             },
             timeout=timeout_s,
         )
+        # the long poll gets its own connection, so it never delays a heartbeat
+        self._poll = httpx.Client(
+            transport=transport,
+            base_url=server_url.rstrip("/"),
+            headers=dict(self._client.headers),
+            timeout=timeout_s,
+        )
 
     def _post(self, path: str, body: BaseModel, answer: type[M]) -> M:
         try:
@@ -98,8 +106,27 @@ class HttpTransport:
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
 
+    def wait_for_orders(self, node: str, since: int, timeout_s: float) -> OrdersAnswer:
+        """The long poll (see :class:`~gpupool.schemas.agent.OrdersAnswer`)."""
+        path = f"/v1/agent/nodes/{node}/orders"
+        try:
+            response = self._poll.get(
+                path,
+                params={"since": since, "timeout": timeout_s},
+                timeout=timeout_s + 10.0,
+            )
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"long poll to {self._poll.base_url} failed: {exc}") from None
+        if response.status_code >= 400:
+            raise AgentRejected(f"the server refused {path} ({response.status_code})")
+        try:
+            return OrdersAnswer.model_validate(response.json())
+        except (ValidationError, ValueError) as exc:
+            raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
+
     def close(self) -> None:
         self._client.close()
+        self._poll.close()
 
 
 class Backoff:

@@ -34,6 +34,7 @@ from gpupool.control.settings import ServerSettings
 from gpupool.control.telemetry import read_sample
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY
+from gpupool.scheduling.config import SchedulerConfig
 from gpupool.web.routes import router as web_router
 
 log = logging.getLogger("gpupool.api")
@@ -62,7 +63,9 @@ def create_app(
     """Build the API application (see the module docstring)."""
     cp = control or ControlPlane(settings or ServerSettings.build())
     if loop is None and cp.settings.schedule:
-        loop = SchedulingLoop(cp)
+        loop = SchedulingLoop(
+            cp, config=SchedulerConfig(preempt_exempt_s=cp.settings.preempt_exempt_s)
+        )
     cp.prepare()
     token_path = bootstrap(cp)
     if token_path is not None:

@@ -23,6 +23,20 @@ from gpupool.control.settings import ServerSettings
 from gpupool.domain.errors import GpupoolError
 
 
+def write_server_url(settings: ServerSettings) -> Path:
+    """Write ``<home>/server-url`` so clients on this machine find the server (see
+    :mod:`gpupool.client.config`); a wildcard listen address is reached via 127.0.0.1."""
+    host = settings.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    path = settings.home / "server-url"
+    settings.home.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"http://{host}:{settings.port}\n", encoding="utf-8")
+    return path
+
+
 def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int = 1) -> None:
     """Run the server until interrupted; errors a person can act on exit with code 2.
 
@@ -61,6 +75,8 @@ def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int 
     store = "SQLite" if settings.database_url.startswith("sqlite") else "PostgreSQL"
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"gpupool server starting on {url} ({store}; API docs at {url}/docs)")
+    typer.echo(f"dashboard: {url}/")
+    write_server_url(settings)
     # Keep idle connections longer than clients usually do, so a client never reuses a
     # connection the server is closing (uvicorn's default is 5 s).
     common = {
@@ -93,6 +109,9 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     schedule: bool = typer.Option(True, help="run the scheduling loop (leader only)"),
     heartbeat: float = typer.Option(5.0, help="agent heartbeat interval, seconds"),
     node_timeout: float = typer.Option(30.0, help="silence before a node is marked down, seconds"),
+    preempt_exempt: float = typer.Option(
+        300.0, help="seconds a running job is safe from preemption (anti-loop)"
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
 ) -> None:
@@ -109,6 +128,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         schedule=schedule,
         heartbeat_interval_s=heartbeat,
         node_timeout_s=node_timeout,
+        preempt_exempt_s=preempt_exempt,
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

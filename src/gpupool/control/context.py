@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.control.errors import Unavailable
+from gpupool.control.orders import ORDER_NODES, OrderBoard
 from gpupool.control.settings import ServerSettings
 from gpupool.store.db import READ_ONLY, is_sqlite, make_engine, session_factory
 from gpupool.store.schema import ensure_schema
@@ -61,6 +62,7 @@ class ControlPlane:
         self.sessions = session_factory(self.engine)
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
+        self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
 
@@ -94,8 +96,13 @@ class ControlPlane:
         # faster than letting them spin in SQLite's busy handler (which sleeps up to 100 ms).
         gate = self._write_gate if self.sqlite and not read_only else contextlib.nullcontext()
         try:
-            with gate, factory() as session, session.begin():
-                yield session
+            with gate, factory() as session:
+                with session.begin():
+                    yield session
+                # committed: agents waiting for these nodes' orders may fetch them now
+                nodes = session.info.pop(ORDER_NODES, None)
+                if nodes:
+                    self.orders.announce(nodes)
         except (OperationalError, DBAPIError, PoolTimeout) as exc:
             if is_db_down(exc):
                 detail = type(exc.orig).__name__ if isinstance(exc, DBAPIError) else "timeout"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from gpupool.control.orders import mark
 from gpupool.domain.jobs import Job
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import should_requeue, transition
@@ -133,4 +134,5 @@ def order_stop(
             a.stop_reason = reason
             a.stop_signal = signal
             a.stop_grace_s = grace_s
+    mark(session, (a.node for a in rows))
     return [a.id for a in rows]

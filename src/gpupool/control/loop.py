@@ -34,6 +34,7 @@ from gpupool.control.errors import NotLeader, Unavailable
 from gpupool.control.jobstate import move, order_stop, requeue_if_allowed
 from gpupool.control.leader import Leadership, check_epoch
 from gpupool.control.nodes import NodeService
+from gpupool.control.orders import mark
 from gpupool.control.snapshot import build_snapshot
 from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
@@ -192,6 +193,7 @@ class SchedulingLoop:
 
     def _start(self, s: Session, row: JobModel, start: Start, now: float) -> None:
         nodes = sorted({r.node for r in start.replicas})
+        mark(s, nodes)
         move(s, row, JobState.CONFIGURING, now, reason=f"placed on {', '.join(nodes)}")
         port = 20000 + zlib.crc32(f"{row.id}/{row.restart_count}".encode()) % 20000
         for r in sorted(start.replicas, key=lambda x: x.rank):

@@ -7,6 +7,8 @@
 - ``tick_s``: the scheduling loop's periodic wake-up (it also wakes on events).
 - ``temperature_alert_c``: a device at or above this temperature raises an alert.
 - ``schedule``: whether this server runs the scheduling loop (it still needs the leader lease).
+- ``preempt_exempt_s``: the scheduler's anti-loop exemption: a running job is not preempted in
+  its first ``preempt_exempt_s`` seconds.
 - ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
   are dropped beyond it).
 """
@@ -40,6 +42,7 @@ class ServerSettings:
     schedule: bool = True
     migrate: bool = False
     log_keep_bytes: int = 8 * 1024 * 1024
+    preempt_exempt_s: float = 300.0
     server_id: str = field(default_factory=_server_id)
 
     @property

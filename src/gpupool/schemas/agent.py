@@ -255,3 +255,12 @@ class LogAck(WireModel):
 
     next_offset: int
     kept: bool = True
+
+
+class OrdersAnswer(WireModel):
+    """``GET /v1/agent/nodes/{name}/orders?since=S&timeout=T`` (the long poll): answers when
+    the node's order sequence ``seq`` exceeds ``since`` (then heartbeat at once to fetch the
+    orders) or after ``timeout`` seconds with ``changed`` False."""
+
+    seq: int
+    changed: bool

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from gpupool.api.deps import Act, Svc
+from fastapi import APIRouter, Query
+
+from gpupool.api.deps import Act, Svc, Who
+from gpupool.control.auth import require
+from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
     HeartbeatRequest,
     HeartbeatResponse,
     LogAck,
     LogChunkRequest,
+    OrdersAnswer,
     RegisterRequest,
     RegisterResponse,
 )
@@ -31,3 +36,18 @@ def heartbeat(body: HeartbeatRequest, svc: Svc, act: Act) -> HeartbeatResponse:
 def ship_logs(body: LogChunkRequest, svc: Svc, act: Act) -> LogAck:
     """New bytes of a replica's stdout or stderr (see :mod:`gpupool.control.logs`)."""
     return svc.logs.append(act, body)
+
+
+@router.get("/nodes/{name}/orders", response_model=OrdersAnswer)
+async def wait_for_orders(
+    name: str,
+    svc: Svc,
+    who: Who,
+    since: int = -1,
+    timeout: Annotated[float, Query(ge=0, le=60)] = 25.0,
+) -> OrdersAnswer:
+    """The long poll: answers as soon as this server commits a start or stop for the node
+    (its order sequence passes ``since``), else after ``timeout`` s. Holds no thread."""
+    require(who, Permission.AGENT)
+    seq = await svc.cp.orders.wait(name, since, timeout)
+    return OrdersAnswer(seq=seq, changed=seq > since)

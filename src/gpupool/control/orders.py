@@ -1,0 +1,72 @@
+"""New orders for a node, announced in process (the agent's long poll).
+
+Words:
+
+- **order sequence** (``seq``): a per-node counter, bumped whenever this server commits a start
+  or a stop for the node. An agent waits (``GET /v1/agent/nodes/{name}/orders?since=seq``) until
+  it grows past what it saw, then heartbeats at once to fetch the orders.
+
+Only this server process knows its counters: with several server processes a wait that lands
+on another one simply times out, and the heartbeat delivers the orders as before. Waiters are
+asyncio events (one per waiting request, no thread held); :meth:`OrderBoard.announce` may be
+called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable
+
+from sqlalchemy.orm import Session
+
+#: ``Session.info`` key: nodes given a start or stop in this transaction (see :func:`mark`).
+ORDER_NODES = "gpupool.order_nodes"
+
+
+def mark(session: Session, nodes: Iterable[str]) -> None:
+    """Note that this transaction gives ``nodes`` new orders; announced after its commit."""
+    session.info.setdefault(ORDER_NODES, set()).update(nodes)
+
+
+class OrderBoard:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq: dict[str, int] = {}
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+    def seq(self, node: str) -> int:
+        with self._lock:
+            return self._seq.get(node, 0)
+
+    def announce(self, nodes: Iterable[str]) -> None:
+        """New orders for ``nodes`` were committed: wake their waiting agents."""
+        with self._lock:
+            woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+            for node in set(nodes):
+                self._seq[node] = self._seq.get(node, 0) + 1
+                woken.extend(self._waiters.get(node, ()))
+        for loop, event in woken:
+            loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, node: str, since: int, timeout_s: float) -> int:
+        """The node's sequence once it is above ``since``, or after ``timeout_s``."""
+        event = asyncio.Event()
+        entry = (asyncio.get_running_loop(), event)
+        with self._lock:
+            current = self._seq.get(node, 0)
+            if current > since:
+                return current
+            self._waiters.setdefault(node, set()).add(entry)
+        try:
+            await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout_s))
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                waiting = self._waiters.get(node)
+                if waiting is not None:
+                    waiting.discard(entry)
+                    if not waiting:
+                        del self._waiters[node]
+        return self.seq(node)
