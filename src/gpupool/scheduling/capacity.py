@@ -19,21 +19,27 @@ Words:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupool.domain.nodes import DeviceHealth, allowed_model
-from gpupool.domain.pools import DEFAULT_POOL
+from gpupool.domain.nodes import allowed_model
 from gpupool.domain.resources import ResourceRequest
+from gpupool.scheduling.layout import CapacityLayout, layout_for
 from gpupool.scheduling.placement.base import BoolArray, CapacityArrays, Choice, IntArray, Shape
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 
 
-def pool_view(base: CapacityArrays, usable: BoolArray) -> CapacityArrays:
-    """A view of ``base`` restricted to ``usable`` slots; free-capacity arrays are shared."""
+def pool_view(
+    base: CapacityArrays, usable: BoolArray, gpu_count: IntArray | None = None
+) -> CapacityArrays:
+    """A view of ``base`` restricted to ``usable`` slots; free-capacity arrays are shared.
+
+    ``gpu_count`` may pass the view's usable slots per node when already known (a layout
+    keeps it per pool); otherwise it is counted here.
+    """
+    mask = base.usable & usable
     view = CapacityArrays(
         node_names=base.node_names,
         model_names=base.model_names,
@@ -41,12 +47,12 @@ def pool_view(base: CapacityArrays, usable: BoolArray) -> CapacityArrays:
         free_milli=base.free_milli,
         free_mem=base.free_mem,
         total_mem=base.total_mem,
-        usable=base.usable & usable,
+        usable=mask,
         cpu_free=base.cpu_free,
         host_mem_free=base.host_mem_free,
         nvlink_group=base.nvlink_group,
         cpu_total=base.cpu_total,
-        gpu_count=(base.usable & usable).sum(axis=1).astype(np.int64),
+        gpu_count=mask.sum(axis=1).astype(np.int64) if gpu_count is None else gpu_count,
         physical_mem=base.physical_mem,
     )
     view.share_cache(base)
@@ -65,7 +71,9 @@ class ClusterCapacity:
     pool_masks: dict[str, BoolArray]  # pool -> [N, G] usable slots of the pool
     pool_nodes: dict[str, BoolArray]  # pool -> [N] nodes with a usable device of the pool
     host_total: IntArray  # [N] host memory of each node, MiB
+    layout: CapacityLayout | None = None  # the cached static part, when built from one
     views: dict[str, CapacityArrays] = field(default_factory=dict)
+    _held: dict[int, tuple[Shape, Choice] | None] = field(default_factory=dict)
     _empty: CapacityArrays | None = None
     _models_cache: dict[tuple[str, ...], tuple[bool, ...] | None] = field(default_factory=dict)
 
@@ -73,7 +81,8 @@ class ClusterCapacity:
         """The live view of ``pool`` (built on first use)."""
         found = self.views.get(pool)
         if found is None:
-            found = pool_view(self.arrays, self.mask(pool))
+            counts = None if self.layout is None else self.layout.pool_gpu_count.get(pool)
+            found = pool_view(self.arrays, self.mask(pool), counts)
             self.views[pool] = found
         return found
 
@@ -124,7 +133,19 @@ class ClusterCapacity:
         )
 
     def held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
-        """What ``replica`` holds, as a shape and a choice (``None`` when its node is unknown)."""
+        """What ``replica`` holds, as a shape and a choice (``None`` when its node is unknown).
+
+        Remembered per replica object for the life of this capacity (one cycle; the snapshot
+        keeps its replicas alive, so their ids are not reused meanwhile).
+        """
+        key = id(replica)
+        if key in self._held:
+            return self._held[key]
+        found = self._held_by(replica)
+        self._held[key] = found
+        return found
+
+    def _held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
         row = self.node_row.get(replica.node)
         if row is None:
             return None
@@ -148,114 +169,81 @@ class ClusterCapacity:
         return tuple(str(row[s]) for s in choice.slots)
 
 
-def _majority_model(models: Iterable[str]) -> str:
-    counts = Counter(models)
-    best = max(counts.values())
-    return next(m for m in models if counts[m] == best)
-
-
 def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
-    """Arrays of free capacity for ``snapshot`` (running replicas already subtracted)."""
-    node_names = sorted({n.name for n in snapshot.nodes} | {d.node for d in snapshot.devices})
-    node_row = {name: i for i, name in enumerate(node_names)}
-    by_node: dict[str, list[int]] = {name: [] for name in node_names}
-    devices = snapshot.devices
-    for i, dev in enumerate(devices):
-        by_node[dev.node].append(i)
-    for idxs in by_node.values():
-        idxs.sort(key=lambda i: (devices[i].index, devices[i].uuid))
-    n = len(node_names)
-    g = max((len(v) for v in by_node.values()), default=0)
-    g = max(g, 1)
+    """Arrays of free capacity for ``snapshot`` (running replicas already subtracted).
 
-    node_model_name = [
-        _majority_model([devices[i].model for i in by_node[name]]) if by_node[name] else ""
-        for name in node_names
-    ]
-    model_names = tuple(sorted({m for m in node_model_name if m}))
-    model_index = {m: i for i, m in enumerate(model_names)}
-    overcommit = {p.name: p.memory_overcommit for p in snapshot.pools}
-
-    physical = np.zeros((n, g), dtype=np.int64)
-    total_mem = np.zeros((n, g), dtype=np.int64)
-    usable = np.zeros((n, g), dtype=np.bool_)
-    nvlink = np.full((n, g), -1, dtype=np.int64)
-    slot_pool: list[list[str | None]] = [[None] * g for _ in range(n)]
-    slot_uuid: list[list[str | None]] = [[None] * g for _ in range(n)]
-    uuid_slot: dict[str, tuple[int, int]] = {}
-    cpu = np.zeros(n, dtype=np.int64)
-    host = np.zeros(n, dtype=np.int64)
-    node_model = np.zeros(n, dtype=np.int64)
-    schedulable = np.zeros(n, dtype=np.bool_)
-    for name, row in node_row.items():
-        node = snapshot.node_by_name.get(name)
-        if node is not None:
-            cpu[row] = node.cpu_milli
-            host[row] = node.memory_mib
-            schedulable[row] = node.schedulable
-        node_model[row] = model_index.get(node_model_name[row], 0)
-        for slot, i in enumerate(by_node[name]):
-            dev = devices[i]
-            physical[row, slot] = dev.memory_mib
-            ratio = overcommit.get(dev.pool, 1.0)
-            total_mem[row, slot] = int(dev.memory_mib * ratio)
-            usable[row, slot] = (
-                schedulable[row]
-                and dev.health is DeviceHealth.HEALTHY
-                and dev.model == node_model_name[row]
-                and dev.pool in overcommit
-            )
-            if dev.nvlink_group is not None:
-                nvlink[row, slot] = dev.nvlink_group
-            slot_pool[row][slot] = dev.pool
-            slot_uuid[row][slot] = dev.uuid
-            uuid_slot[dev.uuid] = (row, slot)
-
+    The static part comes from :func:`~gpupool.scheduling.layout.layout_for` (cached across
+    cycles); this copies its "nothing runs" free arrays and subtracts the running replicas in
+    a few vectorised steps.
+    """
+    layout = layout_for(snapshot.nodes, snapshot.devices, snapshot.pools)
     arrays = CapacityArrays(
-        node_names=tuple(node_names),
-        model_names=model_names or ("",),
-        node_model=node_model,
-        free_milli=np.where(physical > 0, 1000, 0).astype(np.int64),
-        free_mem=total_mem.copy(),
-        total_mem=total_mem,
-        usable=usable,
-        cpu_free=cpu.copy(),
-        host_mem_free=host.copy(),
-        nvlink_group=nvlink,
-        cpu_total=cpu,
-        gpu_count=usable.sum(axis=1).astype(np.int64),
-        physical_mem=physical,
+        node_names=layout.node_names,
+        model_names=layout.model_names,
+        node_model=layout.node_model,
+        free_milli=layout.free_milli.copy(),
+        free_mem=layout.total_mem.copy(),
+        total_mem=layout.total_mem,
+        usable=layout.usable,
+        cpu_free=layout.cpu_total.copy(),
+        host_mem_free=layout.host_total.copy(),
+        nvlink_group=layout.nvlink_group,
+        cpu_total=layout.cpu_total,
+        gpu_count=layout.gpu_count,
+        physical_mem=layout.physical_mem,
     )
-    pool_masks: dict[str, BoolArray] = {}
-    pool_nodes: dict[str, BoolArray] = {}
-    pools_arr = np.array(slot_pool, dtype=object).reshape(n, g)
-    for pool in snapshot.pool_by_name:
-        mask: BoolArray = np.asarray(pools_arr == pool, dtype=np.bool_) & usable
-        pool_masks[pool] = mask
-        nodes: BoolArray = np.asarray(mask.any(axis=1), dtype=np.bool_)
-        if pool == DEFAULT_POOL:
-            # Nodes without any GPU take CPU-only jobs of the default pool.
-            nodes = np.asarray(nodes | ((physical == 0).all(axis=1) & schedulable), dtype=np.bool_)
-        pool_nodes[pool] = nodes
+    arrays._proportional = layout.proportional  # physical_mem is the layout's: same results
     cap = ClusterCapacity(
         arrays=arrays,
-        slot_pool=tuple(tuple(r) for r in slot_pool),
-        slot_uuid=tuple(tuple(r) for r in slot_uuid),
-        uuid_slot=uuid_slot,
-        node_row=node_row,
-        pool_masks=pool_masks,
-        pool_nodes=pool_nodes,
-        host_total=host,
+        slot_pool=layout.slot_pool,
+        slot_uuid=layout.slot_uuid,
+        uuid_slot=layout.uuid_slot,
+        node_row=layout.node_row,
+        pool_masks=dict(layout.pool_masks),
+        pool_nodes=dict(layout.pool_nodes),
+        host_total=layout.host_total,
+        layout=layout,
     )
-    for replica in snapshot.running:
+    if snapshot.running:
+        _subtract_running(cap, snapshot.running, layout.width)
+    return cap
+
+
+def _subtract_running(cap: ClusterCapacity, running: Iterable[RunningReplica], width: int) -> None:
+    """Take what ``running`` holds off ``cap``'s free arrays.
+
+    What runs is a fact, even where it exceeds what we think exists, so nothing is checked
+    against the free capacity (free amounts may go negative).
+    """
+    rows: list[int] = []
+    cpus: list[int] = []
+    hosts: list[int] = []
+    flat: list[int] = []
+    milli: list[int] = []
+    mem: list[int] = []
+    for replica in running:
         held = cap.held_by(replica)
         if held is None:
             continue
         shape, choice = held
-        # Subtract directly: what runs is a fact, even where it exceeds what we think exists.
-        arrays.cpu_free[choice.node] -= shape.cpu_milli
-        arrays.host_mem_free[choice.node] -= shape.host_memory_mib
+        rows.append(choice.node)
+        cpus.append(shape.cpu_milli)
+        hosts.append(shape.host_memory_mib)
+        base = choice.node * width
         for s in choice.slots:
-            arrays.free_milli[choice.node, s] -= shape.milli
-            arrays.free_mem[choice.node, s] -= replica.memory_per_device_mib
-    return cap
+            flat.append(base + s)
+            milli.append(shape.milli)
+            mem.append(replica.memory_per_device_mib)
+    a = cap.arrays
+    n = a.num_nodes
+    if rows:
+        a.cpu_free -= np.bincount(rows, weights=cpus, minlength=n).astype(np.int64)
+        a.host_mem_free -= np.bincount(rows, weights=hosts, minlength=n).astype(np.int64)
+    if flat:
+        size = n * width
+        a.free_milli -= (
+            np.bincount(flat, weights=milli, minlength=size).astype(np.int64).reshape(n, width)
+        )
+        a.free_mem -= (
+            np.bincount(flat, weights=mem, minlength=size).astype(np.int64).reshape(n, width)
+        )

@@ -1,0 +1,226 @@
+"""The static layout of a cluster's capacity arrays, built once and reused across cycles.
+
+A scheduling cycle needs the cluster as numpy arrays (see :mod:`gpupool.scheduling.capacity`).
+Most of that picture does not change from one cycle to the next: which node is which row,
+which device is which slot, the models, physical and promisable memory, NVLink groups and
+which slots each pool may use. Only what *runs* changes. :class:`CapacityLayout` holds the
+part that depends on ``nodes``, ``devices`` and ``pools`` alone; :func:`layout_for` returns it
+from a small cache, so a cycle only copies the "nothing runs" free arrays and subtracts the
+running replicas.
+
+Words:
+
+- **layout**: a :class:`CapacityLayout`; every array in it is read-only (``writeable`` is
+  off), so a cycle that tried to change it in place would fail loudly instead of corrupting
+  the next cycle.
+- **layout key**: the ``(nodes, devices, pools)`` tuples of a snapshot.
+
+The cache and its invalidation. :func:`layout_for` keeps the last :data:`LAYOUT_CACHE_SIZE`
+layouts with the key tuples they were built from (strong references, so an id can never be
+reused by another tuple while its entry lives). A lookup matches an entry when each key
+tuple is the same object as the entry's, or else compares equal to it (``Node``, ``Device``
+and ``Pool`` are frozen dataclasses compared by value; tuple comparison skips elements that
+are the same object). So any change to a node, device or pool, such as a device turning
+unhealthy, a node cordoned or a pool's overcommit changed, gives a different key and a freshly
+built layout; nothing has to be invalidated by hand. The least recently used entry is dropped
+when the cache is full. :func:`clear_layout_cache` empties it (tests, memory). The cache is a
+pure memo: a snapshot gives the same layout, and so the same decision, with or without it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import count
+from threading import Lock
+
+import numpy as np
+
+from gpupool.domain.nodes import Device, DeviceHealth, Node
+from gpupool.domain.pools import DEFAULT_POOL, Pool
+from gpupool.scheduling.placement.base import BoolArray, IntArray
+
+LAYOUT_CACHE_SIZE = 4
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True)
+class CapacityLayout:
+    """What the capacity arrays of a cluster are when nothing runs, and the maps into them.
+
+    Arrays are ``[N]`` per node row or ``[N, G]`` per (row, slot), all read-only.
+    ``pool_masks`` are a pool's usable slots and ``pool_gpu_count`` how many of them each
+    node has. ``slot_flat`` maps a device UUID to ``row * G + slot``.
+    """
+
+    node_names: tuple[str, ...]
+    model_names: tuple[str, ...]
+    node_model: IntArray
+    free_milli: IntArray  # 1000 on every real device, 0 on padding
+    total_mem: IntArray
+    physical_mem: IntArray
+    usable: BoolArray
+    nvlink_group: IntArray
+    cpu_total: IntArray
+    host_total: IntArray
+    gpu_count: IntArray
+    slot_pool: tuple[tuple[str | None, ...], ...]
+    slot_uuid: tuple[tuple[str | None, ...], ...]
+    uuid_slot: dict[str, tuple[int, int]]
+    node_row: dict[str, int]
+    pool_masks: dict[str, BoolArray]
+    pool_nodes: dict[str, BoolArray]
+    pool_gpu_count: dict[str, IntArray]
+    # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
+    proportional: dict[int, IntArray] = field(default_factory=dict, compare=False)
+
+    @property
+    def width(self) -> int:
+        """G: slots per row."""
+        return int(self.free_milli.shape[1])
+
+
+def _majority_model(models: Iterable[str]) -> str:
+    counts = Counter(models)
+    best = max(counts.values())
+    return next(m for m in models if counts[m] == best)
+
+
+def build_layout(
+    nodes: tuple[Node, ...], devices: tuple[Device, ...], pools: tuple[Pool, ...]
+) -> CapacityLayout:
+    """The layout of ``nodes``/``devices``/``pools`` (no cache; see :func:`layout_for`)."""
+    node_by_name = {n.name: n for n in nodes}
+    node_names = sorted(set(node_by_name) | {d.node for d in devices})
+    node_row = {name: i for i, name in enumerate(node_names)}
+    by_node: dict[str, list[int]] = {name: [] for name in node_names}
+    for i, dev in enumerate(devices):
+        by_node[dev.node].append(i)
+    for idxs in by_node.values():
+        idxs.sort(key=lambda i: (devices[i].index, devices[i].uuid))
+    n = len(node_names)
+    g = max(max((len(v) for v in by_node.values()), default=0), 1)
+
+    node_model_name = [
+        _majority_model([devices[i].model for i in by_node[name]]) if by_node[name] else ""
+        for name in node_names
+    ]
+    model_names = tuple(sorted({m for m in node_model_name if m}))
+    model_index = {m: i for i, m in enumerate(model_names)}
+    overcommit = {p.name: p.memory_overcommit for p in pools}
+
+    physical = np.zeros((n, g), dtype=np.int64)
+    total_mem = np.zeros((n, g), dtype=np.int64)
+    usable = np.zeros((n, g), dtype=np.bool_)
+    nvlink = np.full((n, g), -1, dtype=np.int64)
+    slot_pool: list[list[str | None]] = [[None] * g for _ in range(n)]
+    slot_uuid: list[list[str | None]] = [[None] * g for _ in range(n)]
+    uuid_slot: dict[str, tuple[int, int]] = {}
+    cpu = np.zeros(n, dtype=np.int64)
+    host = np.zeros(n, dtype=np.int64)
+    node_model = np.zeros(n, dtype=np.int64)
+    schedulable = np.zeros(n, dtype=np.bool_)
+    for name, row in node_row.items():
+        node = node_by_name.get(name)
+        if node is not None:
+            cpu[row] = node.cpu_milli
+            host[row] = node.memory_mib
+            schedulable[row] = node.schedulable
+        node_model[row] = model_index.get(node_model_name[row], 0)
+        for slot, i in enumerate(by_node[name]):
+            dev = devices[i]
+            physical[row, slot] = dev.memory_mib
+            ratio = overcommit.get(dev.pool, 1.0)
+            total_mem[row, slot] = int(dev.memory_mib * ratio)
+            usable[row, slot] = (
+                schedulable[row]
+                and dev.health is DeviceHealth.HEALTHY
+                and dev.model == node_model_name[row]
+                and dev.pool in overcommit
+            )
+            if dev.nvlink_group is not None:
+                nvlink[row, slot] = dev.nvlink_group
+            slot_pool[row][slot] = dev.pool
+            slot_uuid[row][slot] = dev.uuid
+            uuid_slot[dev.uuid] = (row, slot)
+
+    pool_masks: dict[str, BoolArray] = {}
+    pool_nodes: dict[str, BoolArray] = {}
+    pool_gpu_count: dict[str, IntArray] = {}
+    pools_arr = np.array(slot_pool, dtype=object).reshape(n, g)
+    for pool in dict.fromkeys(p.name for p in pools):
+        mask: BoolArray = np.asarray(pools_arr == pool, dtype=np.bool_) & usable
+        nodes_mask: BoolArray = np.asarray(mask.any(axis=1), dtype=np.bool_)
+        if pool == DEFAULT_POOL:
+            # Nodes without any GPU take CPU-only jobs of the default pool.
+            nodes_mask = np.asarray(
+                nodes_mask | ((physical == 0).all(axis=1) & schedulable), dtype=np.bool_
+            )
+        pool_masks[pool] = _frozen(mask)
+        pool_nodes[pool] = _frozen(nodes_mask)
+        pool_gpu_count[pool] = _frozen(mask.sum(axis=1).astype(np.int64))
+
+    return CapacityLayout(
+        node_names=tuple(node_names),
+        model_names=model_names or ("",),
+        node_model=_frozen(node_model),
+        free_milli=_frozen(np.where(physical > 0, 1000, 0).astype(np.int64)),
+        total_mem=_frozen(total_mem),
+        physical_mem=_frozen(physical),
+        usable=_frozen(usable),
+        nvlink_group=_frozen(nvlink),
+        cpu_total=_frozen(cpu),
+        host_total=_frozen(host),
+        gpu_count=_frozen(usable.sum(axis=1).astype(np.int64)),
+        slot_pool=tuple(tuple(r) for r in slot_pool),
+        slot_uuid=tuple(tuple(r) for r in slot_uuid),
+        uuid_slot=uuid_slot,
+        node_row=node_row,
+        pool_masks=pool_masks,
+        pool_nodes=pool_nodes,
+        pool_gpu_count=pool_gpu_count,
+    )
+
+
+_Key = tuple[tuple[Node, ...], tuple[Device, ...], tuple[Pool, ...]]
+_cache: OrderedDict[int, tuple[_Key, CapacityLayout]] = OrderedDict()
+_lock = Lock()
+_serials = count(1)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return a is b or (len(a) == len(b) and a == b)
+
+
+def layout_for(
+    nodes: tuple[Node, ...], devices: tuple[Device, ...], pools: tuple[Pool, ...]
+) -> CapacityLayout:
+    """The layout of ``nodes``/``devices``/``pools``, from the cache when an equal key is there."""
+    with _lock:
+        for serial, (key, layout) in _cache.items():
+            if _same(key[1], devices) and _same(key[0], nodes) and _same(key[2], pools):
+                _cache.move_to_end(serial)
+                return layout
+    layout = build_layout(nodes, devices, pools)
+    with _lock:
+        _cache[next(_serials)] = ((nodes, devices, pools), layout)
+        while len(_cache) > LAYOUT_CACHE_SIZE:
+            _cache.popitem(last=False)
+    return layout
+
+
+def clear_layout_cache() -> None:
+    """Forget every cached layout."""
+    with _lock:
+        _cache.clear()
+
+
+def cached_layouts() -> int:
+    """How many layouts the cache holds (for tests and diagnostics)."""
+    with _lock:
+        return len(_cache)
