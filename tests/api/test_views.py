@@ -80,3 +80,22 @@ def test_device_views_carry_the_latest_telemetry_or_none_when_unknown(
     assert (first["temperature_c"], first["power_w"]) == (61.0, 250.0)
     assert first["sampled_at"] == cp.now()
     assert second["utilization_ratio"] is None
+
+
+def test_fair_share_standing_follows_the_schedulers_factor() -> None:
+    from gpupool.control.tenants import standings
+
+    got = standings({"red": 1.0, "blue": 1.0}, {"red": 3000.0, "blue": 1000.0})
+    assert got["red"].factor == pytest.approx(2.0**-1.5)
+    assert got["blue"].factor == pytest.approx(2.0**-0.5)
+    assert got["red"].usage_milli_s == 3000.0
+    assert standings({"red": 2.0}, {})["red"].factor == 1.0
+
+
+def test_tenant_views_carry_usage_and_factor_for_visible_tenants_only(api: Api) -> None:
+    mine = api.call(api.tokens["member"], "GET", "/v1/tenants").json()
+    assert [(t["name"], t["fair_share_factor"], t["decayed_usage_milli_s"]) for t in mine] == [
+        ("red", 1.0, 0.0)
+    ]
+    one = api.call(api.tokens["member"], "GET", "/v1/tenants/red").json()
+    assert one["fair_share_factor"] == 1.0

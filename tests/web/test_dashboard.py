@@ -255,6 +255,12 @@ def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
     assert cells[1] == "1 GPU"
     assert cells[2] == "3 GPU"
     assert cells[3].startswith("1 GPU")
+    # The standing is the scheduler's own figures from the server, not an approximation.
+    assert team.locator("dd.decayed").inner_text().endswith("GPU-h (half-life 7 days)")
+    factor = pool.call("admin", "GET", "/v1/tenants/team-a")["fair_share_factor"]
+    assert 0.0 <= factor <= 1.0
+    # (usage accrues while jobs run, so the factor may have moved a little since the page read it)
+    assert abs(float(team.locator("dd.standing").inner_text()) - factor) <= 0.02
     check_page(page, "teams")
     page.screenshot(path=str(shots / "teams.png"), full_page=True)
 

@@ -6,6 +6,7 @@ from gpupool.control.accounting import UsageLine
 from gpupool.control.jobs import JobDetail
 from gpupool.control.nodes import DeviceSample, DeviceSlice
 from gpupool.control.nodes import NodeView as NodeInfo
+from gpupool.control.tenants import Standing
 from gpupool.control.users import IssuedToken, TokenInfo
 from gpupool.domain.jobs import Job
 from gpupool.domain.nodes import Device
@@ -171,12 +172,16 @@ def quota_view(q: Quota) -> QuotaView:
     )
 
 
-def tenant_view(t: Tenant, quotas: list[Quota] | None = None) -> TenantView:
+def tenant_view(
+    t: Tenant, quotas: list[Quota] | None = None, standing: Standing | None = None
+) -> TenantView:
     return TenantView(
         name=t.name,
         fair_share=t.fair_share,
         display_name=t.display_name,
         quotas=[quota_view(q) for q in quotas or []],
+        decayed_usage_milli_s=standing.usage_milli_s if standing else None,
+        fair_share_factor=standing.factor if standing else None,
     )
 
 

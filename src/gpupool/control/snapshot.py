@@ -71,6 +71,11 @@ def _usage(
     return dict(usage), dict(budget)
 
 
+def decayed_usage(s: Session, now: float) -> dict[str, float]:
+    """Each tenant's decayed usage in milli-GPU·seconds, as the scheduler sees it."""
+    return _usage(s, now, [])[0]
+
+
 def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, int]]:
     """The snapshot, and the version of every pending job read (for the commit's check)."""
     nodes = list(s.scalars(select(NodeModel).order_by(NodeModel.name)))

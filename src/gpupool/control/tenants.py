@@ -6,12 +6,15 @@ needs ``tenant:read``; a tenant-scoped role sees only its own tenant and its quo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import func, select
 
 from gpupool.control import audit
 from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
+from gpupool.control.snapshot import decayed_usage
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.tenants import PriorityClass, Quota, Tenant
 from gpupool.domain.users import Permission
@@ -30,6 +33,33 @@ def _not_found(name: str) -> NotFound:
     return NotFound(f"tenant {name!r} not found: list tenants with `gpupool tenant list`")
 
 
+@dataclass(frozen=True)
+class Standing:
+    """A tenant's fair-share standing as the scheduler computes it: ``usage_milli_s`` its
+    decayed usage (milli-GPU·seconds, one-week half-life) and ``factor`` in [0, 1], the
+    ``fairshare`` ordering factor ``2 ** (-U / S)`` (``U`` its share of all decayed usage, ``S``
+    its share of all fair shares; 1 when nobody used anything)."""
+
+    usage_milli_s: float
+    factor: float
+
+
+def standings(shares: dict[str, float], usage: dict[str, float]) -> dict[str, Standing]:
+    """Standing of every tenant in ``shares`` (see :class:`Standing`)."""
+    tenants = set(shares) | set(usage)
+    total_usage = sum(max(0.0, usage.get(t, 0.0)) for t in tenants)
+    total_share = sum(shares.get(t, 1.0) for t in tenants)
+    out = {}
+    for t, share in shares.items():
+        used = max(0.0, usage.get(t, 0.0))
+        if total_usage <= 0 or total_share <= 0:
+            factor = 1.0
+        else:
+            factor = float(2.0 ** (-(used / total_usage) / (share / total_share)))
+        out[t] = Standing(used, factor)
+    return out
+
+
 class TenantService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
@@ -42,6 +72,15 @@ class TenantService:
             if not principal.cluster_wide:
                 query = query.where(TenantModel.name == principal.tenant)
             return [tenant_from_row(r) for r in s.scalars(query)]
+
+    def standings(self, principal: Principal) -> dict[str, Standing]:
+        """Fair-share standing of the tenants the principal may see."""
+        require(principal, Permission.TENANT_READ)
+        with self.cp.read() as s:
+            rows = s.execute(select(TenantModel.name, TenantModel.fair_share))
+            shares = {str(name): float(share) for name, share in rows}
+            usage = decayed_usage(s, self.cp.now())
+        return {t: v for t, v in standings(shares, usage).items() if tenant_visible(principal, t)}
 
     def get(self, principal: Principal, name: str) -> tuple[Tenant, list[Quota]]:
         require(principal, Permission.TENANT_READ)

@@ -51,6 +51,12 @@ class TenantView(WireModel):
     fair_share: float
     display_name: str
     quotas: list[QuotaView] = Field(default_factory=list)
+    decayed_usage_milli_s: float | None = Field(
+        default=None, description="decayed usage, milli-GPU seconds (one-week half-life)"
+    )
+    fair_share_factor: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="the scheduler's fairshare factor, 1 = best"
+    )
 
 
 class PutTenantRequest(WireModel):

@@ -64,13 +64,14 @@ def delete_pool(name: str, svc: Svc, act: Act) -> None:
 
 @router.get("/v1/tenants", response_model=list[TenantView])
 def list_tenants(svc: Svc, who: Who) -> list[TenantView]:
-    return [tenant_view(t) for t in svc.tenants.list_tenants(who)]
+    standing = svc.tenants.standings(who)
+    return [tenant_view(t, None, standing.get(t.name)) for t in svc.tenants.list_tenants(who)]
 
 
 @router.get("/v1/tenants/{name}", response_model=TenantView)
 def get_tenant(name: str, svc: Svc, who: Who) -> TenantView:
     tenant, quotas = svc.tenants.get(who, name)
-    return tenant_view(tenant, quotas)
+    return tenant_view(tenant, quotas, svc.tenants.standings(who).get(name))
 
 
 @router.put("/v1/tenants/{name}", response_model=TenantView)

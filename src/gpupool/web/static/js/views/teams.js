@@ -2,9 +2,10 @@
 // hold, whether it is borrowing idle capacity above its guarantee, and its fair-share standing.
 //
 // "In use" sums gpu_milli × replicas of the team's RUNNING jobs visible to the caller.
-// Fair-share standing follows the scheduler's factor 2^(-usage share / fair-share share),
-// here from the last 7 days of accounted GPU-hours (the scheduler's own figure uses its
-// half-life decay, so this is an approximation; a job page shows the scheduler's value).
+// Fair-share standing is the scheduler's factor 2^(-usage share / fair-share share) and its
+// decayed usage, as the server reports them on each tenant (fair_share_factor,
+// decayed_usage_milli_s); against an older server without them it is approximated from the
+// last 7 days of accounted GPU-hours.
 
 import { clear, fmtGpus, fmtMem, fmtNum, fmtPct, h } from '../dom.js';
 
@@ -67,7 +68,10 @@ export function render(ctx, root) {
         h('dl', { class: 'figures' },
           h('dt', {}, 'Fair share'), h('dd', {}, `${fmtNum(t.fair_share)} (${fmtPct(shareOfShares)} of all)`),
           h('dt', {}, 'Usage, 7 days'), h('dd', {}, `${fmtNum(hours.get(t.name) || 0, 3)} GPU-h (${fmtPct(usageShare)})`),
-          h('dt', {}, 'Standing'), h('dd', { class: 'standing' }, fmtNum(standing(usageShare, shareOfShares), 2))),
+          typeof t.decayed_usage_milli_s === 'number'
+            ? [h('dt', {}, 'Decayed usage'), h('dd', { class: 'decayed' }, `${fmtNum(t.decayed_usage_milli_s / 3.6e6, 3)} GPU-h (half-life 7 days)`)]
+            : null,
+          h('dt', {}, 'Standing'), h('dd', { class: 'standing' }, fmtNum(typeof t.fair_share_factor === 'number' ? t.fair_share_factor : standing(usageShare, shareOfShares), 2))),
         quotaRows.length ? h('table', { class: 'quotas' },
           h('caption', { class: 'visually-hidden' }, `Quotas of ${t.name}`),
           h('thead', {}, h('tr', {}, ['Pool', 'Guaranteed', 'Limit', 'In use', 'Borrowing', 'Memory limit'].map((c) => h('th', { scope: 'col' }, c)))),
