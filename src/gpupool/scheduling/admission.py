@@ -103,12 +103,19 @@ class QuotaLedger:
         for job_id, replicas in jobs:
             first = replicas[0]
             key = (first.tenant, first.pool)
-            milli = sum(r.gpu_milli for r in replicas)
-            mem = sum(r.gpu_memory_mib for r in replicas)
+            if len(replicas) == 1:  # the common case, without generator overhead
+                milli, mem = first.gpu_milli, first.gpu_memory_mib
+            else:
+                milli = sum(r.gpu_milli for r in replicas)
+                mem = sum(r.gpu_memory_mib for r in replicas)
             self._milli[key] = self._milli.get(key, 0) + milli
             self._mem[key] = self._mem.get(key, 0) + mem
             quota = snapshot.quota(*key)
-            explicit = next((r.borrowing for r in replicas if r.borrowing is not None), None)
+            explicit = (
+                first.borrowing
+                if len(replicas) == 1
+                else next((r.borrowing for r in replicas if r.borrowing is not None), None)
+            )
             if explicit is not None:
                 borrowing = explicit
             elif quota is None:

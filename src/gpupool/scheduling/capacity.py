@@ -30,6 +30,9 @@ from gpupool.scheduling.layout import CapacityLayout, layout_for
 from gpupool.scheduling.placement.base import BoolArray, CapacityArrays, Choice, IntArray, Shape
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 
+#: Memo entries allowed beyond twice the running replicas before stale ones are dropped.
+HELD_MEMO_SLACK = 4096
+
 
 def pool_view(
     base: CapacityArrays, usable: BoolArray, gpu_count: IntArray | None = None
@@ -73,7 +76,10 @@ class ClusterCapacity:
     host_total: IntArray  # [N] host memory of each node, MiB
     layout: CapacityLayout | None = None  # the cached static part, when built from one
     views: dict[str, CapacityArrays] = field(default_factory=dict)
-    _held: dict[int, tuple[Shape, Choice] | None] = field(default_factory=dict)
+    # id(replica) -> (replica, what it holds); the layout's memo when built from a layout.
+    _held: dict[int, tuple[RunningReplica, tuple[Shape, Choice] | None]] = field(
+        default_factory=dict
+    )
     _empty: CapacityArrays | None = None
     _models_cache: dict[tuple[str, ...], tuple[bool, ...] | None] = field(default_factory=dict)
 
@@ -135,14 +141,16 @@ class ClusterCapacity:
     def held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
         """What ``replica`` holds, as a shape and a choice (``None`` when its node is unknown).
 
-        Remembered per replica object for the life of this capacity (one cycle; the snapshot
-        keeps its replicas alive, so their ids are not reused meanwhile).
+        Remembered per replica object in the layout's memo, so a replica that runs for many
+        cycles is resolved once. An entry keeps its replica and is used only for that very
+        object (``is``), so a reused id can never return another replica's slots; the answer
+        depends only on the replica and the layout, which owns the memo.
         """
-        key = id(replica)
-        if key in self._held:
-            return self._held[key]
+        entry = self._held.get(id(replica))
+        if entry is not None and entry[0] is replica:
+            return entry[1]
         found = self._held_by(replica)
-        self._held[key] = found
+        self._held[id(replica)] = (replica, found)
         return found
 
     def _held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
@@ -203,47 +211,62 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         pool_nodes=dict(layout.pool_nodes),
         host_total=layout.host_total,
         layout=layout,
+        _held=layout.held,
     )
+    if len(layout.held) > 2 * len(snapshot.running) + HELD_MEMO_SLACK:
+        _prune_held(layout, snapshot.running)
     if snapshot.running:
         _subtract_running(cap, snapshot.running, layout.width)
     return cap
+
+
+def _prune_held(layout: CapacityLayout, running: Iterable[RunningReplica]) -> None:
+    """Drop memo entries of replicas that no longer run (keeps the memo near the running set)."""
+    keep = {id(r) for r in running}
+    for key in [k for k in layout.held if k not in keep]:
+        layout.held.pop(key, None)
 
 
 def _subtract_running(cap: ClusterCapacity, running: Iterable[RunningReplica], width: int) -> None:
     """Take what ``running`` holds off ``cap``'s free arrays.
 
     What runs is a fact, even where it exceeds what we think exists, so nothing is checked
-    against the free capacity (free amounts may go negative).
+    against the free capacity (free amounts may go negative). One pass in Python gathers the
+    per-replica amounts; numpy adds them up per node (``bincount``) and per slot.
     """
     rows: list[int] = []
     cpus: list[int] = []
     hosts: list[int] = []
-    flat: list[int] = []
+    counts: list[int] = []
     milli: list[int] = []
     mem: list[int] = []
+    slots: list[int] = []
+    memo = cap._held
     for replica in running:
-        held = cap.held_by(replica)
-        if held is None:
+        entry = memo.get(id(replica))
+        found = entry[1] if entry is not None and entry[0] is replica else cap.held_by(replica)
+        if found is None:
             continue
-        shape, choice = held
+        shape, choice = found
         rows.append(choice.node)
         cpus.append(shape.cpu_milli)
         hosts.append(shape.host_memory_mib)
-        base = choice.node * width
-        for s in choice.slots:
-            flat.append(base + s)
-            milli.append(shape.milli)
-            mem.append(replica.memory_per_device_mib)
+        counts.append(shape.count)
+        milli.append(shape.milli)
+        mem.append(replica.memory_per_device_mib)
+        slots.extend(choice.slots)
+    if not rows:
+        return
     a = cap.arrays
     n = a.num_nodes
-    if rows:
-        a.cpu_free -= np.bincount(rows, weights=cpus, minlength=n).astype(np.int64)
-        a.host_mem_free -= np.bincount(rows, weights=hosts, minlength=n).astype(np.int64)
-    if flat:
+    row_arr = np.asarray(rows, dtype=np.int64)
+    a.cpu_free -= np.bincount(row_arr, weights=cpus, minlength=n).astype(np.int64)
+    a.host_mem_free -= np.bincount(row_arr, weights=hosts, minlength=n).astype(np.int64)
+    if slots:
+        reps = np.asarray(counts, dtype=np.int64)
+        flat = np.repeat(row_arr, reps) * width + np.asarray(slots, dtype=np.int64)
         size = n * width
-        a.free_milli -= (
-            np.bincount(flat, weights=milli, minlength=size).astype(np.int64).reshape(n, width)
-        )
-        a.free_mem -= (
-            np.bincount(flat, weights=mem, minlength=size).astype(np.int64).reshape(n, width)
-        )
+        taken_milli = np.bincount(flat, weights=np.repeat(milli, reps), minlength=size)
+        taken_mem = np.bincount(flat, weights=np.repeat(mem, reps), minlength=size)
+        a.free_milli -= taken_milli.astype(np.int64).reshape(n, width)
+        a.free_mem -= taken_mem.astype(np.int64).reshape(n, width)

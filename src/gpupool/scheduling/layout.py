@@ -23,7 +23,9 @@ and ``Pool`` are frozen dataclasses compared by value; tuple comparison skips el
 are the same object). So any change to a node, device or pool, such as a device turning
 unhealthy, a node cordoned or a pool's overcommit changed, gives a different key and a freshly
 built layout; nothing has to be invalidated by hand. The least recently used entry is dropped
-when the cache is full. :func:`clear_layout_cache` empties it (tests, memory). The cache is a
+when the cache is full. A layout also memoises, per running replica object, the slots it
+holds (``held``, pruned to about the running set), so a long-running replica is resolved once.
+:func:`clear_layout_cache` empties it (tests, memory). The cache is a
 pure memo: a snapshot gives the same layout, and so the same decision, with or without it.
 """
 
@@ -34,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import count
 from threading import Lock
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +81,8 @@ class CapacityLayout:
     pool_gpu_count: dict[str, IntArray]
     # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
     proportional: dict[int, IntArray] = field(default_factory=dict, compare=False)
+    # id(running replica) -> (replica, (shape, choice) | None): see ClusterCapacity.held_by.
+    held: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
     @property
     def width(self) -> int:

@@ -193,8 +193,12 @@ class _Cycle:
                 for _ in range(job.spec.replicas):
                     seen.append((job.submit_time, job.id, job.spec.pool, self.shape_of(job)))
         seen.sort(key=lambda s: (s[0], s[1]))
+        policies: dict[str, PlacementPolicy] = {}
         for _, _, pool_name, shape in seen:
-            self.pool(pool_name).policy.observe(shape)
+            policy = policies.get(pool_name)
+            if policy is None:
+                policy = policies[pool_name] = self.pool(pool_name).policy
+            policy.observe(shape)
 
     # ----------------------------------------------------------------- the cycle
 

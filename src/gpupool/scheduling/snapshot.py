@@ -165,7 +165,10 @@ class ClusterSnapshot:
         for replica in self.running:
             groups.setdefault(replica.job_id, []).append(replica)
         return MappingProxyType(
-            {k: tuple(sorted(v, key=lambda r: r.replica)) for k, v in groups.items()}
+            {
+                k: (v[0],) if len(v) == 1 else tuple(sorted(v, key=lambda r: r.replica))
+                for k, v in groups.items()
+            }
         )
 
     def quota(self, tenant: str, pool: str) -> Quota | None:
