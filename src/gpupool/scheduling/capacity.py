@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -62,6 +63,11 @@ def pool_view(
     return view
 
 
+# What a running replica takes: (row, milli-CPU, host MiB, GPUs, milli per GPU, MiB per GPU,
+# slots).
+_Amounts = tuple[int, int, int, int, int, int, tuple[int, ...]]
+
+
 @dataclass
 class ClusterCapacity:
     """The cluster's arrays, the per-pool views and the maps between names and rows/slots."""
@@ -76,8 +82,9 @@ class ClusterCapacity:
     host_total: IntArray  # [N] host memory of each node, MiB
     layout: CapacityLayout | None = None  # the cached static part, when built from one
     views: dict[str, CapacityArrays] = field(default_factory=dict)
-    # id(replica) -> (replica, what it holds); the layout's memo when built from a layout.
-    _held: dict[int, tuple[RunningReplica, tuple[Shape, Choice] | None]] = field(
+    # id(replica) -> (replica, what it holds, its amounts); the layout's memo when built
+    # from a layout.
+    _held: dict[int, tuple[RunningReplica, tuple[Shape, Choice] | None, _Amounts | None]] = field(
         default_factory=dict
     )
     _empty: CapacityArrays | None = None
@@ -150,7 +157,19 @@ class ClusterCapacity:
         if entry is not None and entry[0] is replica:
             return entry[1]
         found = self._held_by(replica)
-        self._held[id(replica)] = (replica, found)
+        amounts = None
+        if found is not None:
+            shape, choice = found
+            amounts = (
+                choice.node,
+                shape.cpu_milli,
+                shape.host_memory_mib,
+                shape.count,
+                shape.milli,
+                replica.memory_per_device_mib,
+                choice.slots,
+            )
+        self._held[id(replica)] = (replica, found, amounts)
         return found
 
     def _held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
@@ -234,29 +253,19 @@ def _subtract_running(cap: ClusterCapacity, running: Iterable[RunningReplica], w
     against the free capacity (free amounts may go negative). One pass in Python gathers the
     per-replica amounts; numpy adds them up per node (``bincount``) and per slot.
     """
-    rows: list[int] = []
-    cpus: list[int] = []
-    hosts: list[int] = []
-    counts: list[int] = []
-    milli: list[int] = []
-    mem: list[int] = []
-    slots: list[int] = []
+    taken: list[_Amounts] = []
     memo = cap._held
     for replica in running:
         entry = memo.get(id(replica))
-        found = entry[1] if entry is not None and entry[0] is replica else cap.held_by(replica)
-        if found is None:
-            continue
-        shape, choice = found
-        rows.append(choice.node)
-        cpus.append(shape.cpu_milli)
-        hosts.append(shape.host_memory_mib)
-        counts.append(shape.count)
-        milli.append(shape.milli)
-        mem.append(replica.memory_per_device_mib)
-        slots.extend(choice.slots)
-    if not rows:
+        if entry is None or entry[0] is not replica:
+            cap.held_by(replica)
+            entry = memo[id(replica)]
+        if entry[2] is not None:
+            taken.append(entry[2])
+    if not taken:
         return
+    rows, cpus, hosts, counts, milli, mem, slot_tuples = zip(*taken, strict=True)
+    slots = list(chain.from_iterable(slot_tuples))
     a = cap.arrays
     n = a.num_nodes
     row_arr = np.asarray(rows, dtype=np.int64)

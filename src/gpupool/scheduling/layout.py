@@ -81,8 +81,8 @@ class CapacityLayout:
     pool_gpu_count: dict[str, IntArray]
     # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
     proportional: dict[int, IntArray] = field(default_factory=dict, compare=False)
-    # id(running replica) -> (replica, (shape, choice) | None): see ClusterCapacity.held_by.
-    held: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False)
+    # id(running replica) -> (replica, (shape, choice) | None, amounts): ClusterCapacity.held_by.
+    held: dict[int, Any] = field(default_factory=dict, compare=False)
 
     @property
     def width(self) -> int:
