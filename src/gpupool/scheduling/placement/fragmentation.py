@@ -139,11 +139,12 @@ def node_fragmentation(
     f = free[..., None, :]  # [..., 1, G]
     milli = dist.milli[:, None]  # [M, 1]
     fits_slot = f >= milli  # [..., M, G]
-    enough = fits_slot.sum(axis=-1) >= dist.count  # [..., M]
-    access = np.moveaxis(dist.allowed[:, node_model], 0, -1)  # [..., M]
+    enough = np.count_nonzero(fits_slot, axis=-1) >= dist.count  # [..., M]
+    access = dist.allowed.T[node_model]  # [..., M]
     cpu_ok = cpu_free[..., None] >= dist.cpu  # [..., M]
     satisfied = enough & cpu_ok & access & (dist.milli > 0)
-    small = np.where(fits_slot, 0, f).sum(axis=-1)  # [..., M] free milli below m's milli
+    # Free milli below m's milli: all free milli minus that of the slots where m fits.
+    small = total[..., None] - np.einsum("...mg,...g->...m", fits_slot, free, dtype=np.float64)
     frag = np.where(satisfied, small, total[..., None])
     result: FloatArray = frag @ dist.prob
     return result
