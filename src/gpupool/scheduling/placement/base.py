@@ -197,9 +197,14 @@ class CapacityArrays:
     def release(self, shape: Shape, choice: Choice) -> None:
         """Give back what :meth:`allocate` took for ``shape`` at ``choice``."""
         n = choice.node
-        need_mem = self.memory_need(shape, n)
         self.cpu_free[n] += shape.cpu_milli
         self.host_mem_free[n] += shape.host_memory_mib
+        if shape.memory_mib is not None:  # a fixed amount: no per-slot array needed
+            for s in choice.slots:
+                self.free_milli[n, s] += shape.milli
+                self.free_mem[n, s] += shape.memory_mib
+            return
+        need_mem = self.memory_need(shape, n)
         for s in choice.slots:
             self.free_milli[n, s] += shape.milli
             self.free_mem[n, s] += need_mem[s]
