@@ -294,3 +294,16 @@ def topology_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[i
         return best_fit_slots(capacity, shape, node)
     idx = np.flatnonzero(fits & (groups == best[1]))
     return tuple(int(i) for i in idx[: shape.count])
+
+
+def best_scored_choice(
+    capacity: CapacityArrays, shape: Shape, feasible: BoolArray, scores: IntArray
+) -> Choice | None:
+    """The feasible node with the highest integer score (lowest row on ties), best-fit slots.
+
+    The shared last step of the score-then-argmax policies (DotProd, GpuPacking, ...).
+    """
+    if not feasible.any():
+        return None
+    node = int(np.argmax(np.where(feasible, scores, -1)))
+    return Choice(node=node, slots=best_fit_slots(capacity, shape, node))

@@ -19,7 +19,7 @@ from gpupool.scheduling.placement.base import (
     IntArray,
     PolicyOptions,
     Shape,
-    best_fit_slots,
+    best_scored_choice,
 )
 
 #: The authors' normalisation: the largest node spec in the trace.
@@ -49,8 +49,4 @@ class DotProdPolicy:
         return None
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
-        if not feasible.any():
-            return None
-        scores = np.where(feasible, dotprod_scores(capacity, shape), -1)
-        node = int(np.argmax(scores))
-        return Choice(node=node, slots=best_fit_slots(capacity, shape, node))
+        return best_scored_choice(capacity, shape, feasible, dotprod_scores(capacity, shape))

@@ -24,7 +24,7 @@ from gpupool.scheduling.placement.base import (
     IntArray,
     PolicyOptions,
     Shape,
-    best_fit_slots,
+    best_scored_choice,
 )
 from gpupool.scheduling.placement.fgd import after_placement
 
@@ -61,8 +61,4 @@ class GpuPackingPolicy:
         return None
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
-        if not feasible.any():
-            return None
-        scores = np.where(feasible, gpupacking_scores(capacity, shape), -1)
-        node = int(np.argmax(scores))
-        return Choice(node=node, slots=best_fit_slots(capacity, shape, node))
+        return best_scored_choice(capacity, shape, feasible, gpupacking_scores(capacity, shape))
