@@ -387,3 +387,30 @@ def _no_stray_jobs(tmp_path: Path):  # type: ignore[no-untyped-def]
             if data.get("pid"):
                 with contextlib.suppress(OSError):
                     os.killpg(int(data["pid"]), 9)
+
+
+class _UploadServer(FakeServer):
+    """A fake server whose upload download hands out an archive that climbs out."""
+
+    def download_upload(self, upload_id: str, dest: Path) -> None:
+        import io
+        import tarfile
+
+        with tarfile.open(dest, "w:gz") as tar:
+            info = tarfile.TarInfo("../evil.txt")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+
+
+def test_a_refused_uploaded_workdir_is_a_boot_failure_with_the_reason(tmp_path: Path) -> None:
+    server = _UploadServer()
+    agent = make_agent(tmp_path, server)
+    a = assignment("up", tmp_path)
+    agent.apply_start(a.model_copy(update={"workdir_upload": "ab" * 16}))
+    agent.observe()
+    agent.heartbeat()
+    got = server.last("up")
+    assert got is not None
+    assert got.state is ReplicaState.BOOT_FAILED
+    assert "points outside the working directory" in (got.reason or "")
+    assert not list(tmp_path.rglob("evil.txt"))

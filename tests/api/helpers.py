@@ -23,6 +23,9 @@ class Api:
 
     def call(self, token: str, method: str, path: str, body: Any = None) -> Any:
         headers = {"Authorization": f"Bearer {token}"}
+        if isinstance(body, bytes):  # a raw body: the uploads endpoint takes a gzip'd tar
+            headers["Content-Type"] = "application/gzip"
+            return self.client.request(method, path, content=body, headers=headers)
         return self.client.request(method, path, json=body, headers=headers)
 
     def as_admin(self, method: str, path: str, body: Any = None) -> Any:

@@ -8,6 +8,8 @@ The tenant-scoped users are in tenant ``red``; "other" objects belong to tenant 
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,17 @@ class Case:
     own: str  # expected outcome per role, in ROLES order
     other: str | None = None  # same for another tenant's object; None = not tenant-scoped
     body: Callable[[str], Any] | None = None  # body for tenant "red"/"blue"
+
+
+def _archive(tenant: str) -> bytes:
+    """A one-file gzip'd tar, as `gpupool submit --workdir` sends it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        data = f"print('{tenant}')\n".encode()
+        info = tarfile.TarInfo("train.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def _job_body(tenant: str) -> dict[str, Any]:
@@ -95,6 +108,10 @@ CASES = [
         "ok 403 403 403 403 403",
         None,
         lambda t: {"value": 700},
+    ),
+    Case("POST", "/v1/uploads", "ok ok ok ok 403 403", None, _archive),
+    Case(
+        "GET", "/v1/agent/uploads/{upload_id}", "403 403 403 403 403 ok", "403 403 403 403 403 ok"
     ),
     Case("GET", "/v1/whoami", "ok ok ok ok ok ok"),
     Case("GET", "/v1/users", "ok 403 ok 403 403 403"),
@@ -168,12 +185,18 @@ class World:
             api.as_admin("POST", "/v1/users", {"name": user, "role": "member", "tenant": tenant})
             token: str = api.as_admin("POST", "/v1/tokens", {"user": user})["id"]
             return token
+        if kind == "upload_id":
+            token = api.tokens["member"] if tenant == "red" else api.blue_member
+            response = api.call(token, "POST", "/v1/uploads", _archive(tenant))
+            assert response.status_code == 201, response.text
+            upload: str = response.json()["upload_id"]
+            return upload
         raise AssertionError(kind)
 
     def path(self, case: Case, tenant: str) -> str:
         self._route, self._method = case.route, case.method
         path = case.route
-        for part in ("job_id", "name", "uuid", "pool", "token_id"):
+        for part in ("job_id", "name", "uuid", "pool", "token_id", "upload_id"):
             if "{" + part + "}" in path:
                 path = path.replace("{" + part + "}", self.fresh(part, tenant))
         return path

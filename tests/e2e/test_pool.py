@@ -111,3 +111,26 @@ def test_a_jobs_output_reaches_gpupool_logs_through_the_server(pool: Pool, tmp_p
         [*cli, "--stderr"], check=True, env=env, capture_output=True, text=True, timeout=60
     )
     assert errors.stdout == "to stderr\n"
+
+
+def test_a_job_run_with_workdir_reads_a_file_from_its_uploaded_folder(
+    pool: Pool, tmp_path: Path
+) -> None:
+    folder = tmp_path / "project"
+    (folder / ".git").mkdir(parents=True)
+    (folder / "data.txt").write_text("from the upload\n")
+    program = "import os; print(open('data.txt').read().strip(), os.path.exists('.git'))"
+    token = (pool.home / "admin-token").read_text().strip()
+    env = {**os.environ, "GPUPOOL_HOME": str(tmp_path / "client"), "PYTHONPATH": str(REPO)}
+    cli = [PY, "-m", "gpupool.cli", "run", "--workdir", str(folder), "-g", "0.25"]
+    ran = subprocess.run(
+        [*cli, "--server", pool.url, "--token", token, "--", PY, "-c", program],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "from the upload False\n"

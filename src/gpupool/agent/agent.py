@@ -40,6 +40,7 @@ from gpupool.agent.node import (
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
+from gpupool.agent.unpack import UnsafeArchive, fetch_and_unpack
 from gpupool.agent.usage import newest_mtime, usage_by_replica
 from gpupool.control.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
@@ -395,14 +396,18 @@ class Agent:
             replica.isolation = resolve(a.isolation, ctx)
             workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-            if a.workdir is None:
+            if a.workdir_upload is not None:
+                # Each replica gets its own copy of the uploaded folder.
+                workdir = str(self.config.state_dir / "work" / a.job_id / a.assignment_id)
+                fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
+            elif a.workdir is None:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
             if not Path(workdir).is_dir():
                 raise IsolationUnavailable(
                     f"workdir {workdir} does not exist on node {self.config.node}: create it "
                     "there or submit without workdir"
                 )
-        except (IsolationUnavailable, OSError) as exc:
+        except (IsolationUnavailable, UnsafeArchive, OSError) as exc:
             self.replicas[a.assignment_id] = replica
             self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
             return True

@@ -10,6 +10,7 @@ revoked token), so the agent says so instead of retrying silently forever.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import httpx
@@ -105,6 +106,22 @@ class HttpTransport:
 
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
+
+    def download_upload(self, upload_id: str, dest: Path) -> None:
+        """Save a working-directory upload (``GET /v1/agent/uploads/{id}``) to ``dest``."""
+        path = f"/v1/agent/uploads/{upload_id}"
+        try:
+            with self._client.stream("GET", path, timeout=300.0) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise AgentRejected(
+                        f"the server refused {path} ({response.status_code}): {response.text[:300]}"
+                    )
+                with open(dest, "wb") as f:
+                    for chunk in response.iter_bytes():
+                        f.write(chunk)
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"cannot download {path}: {exc}") from None
 
     def wait_for_orders(self, node: str, since: int, timeout_s: float) -> OrdersAnswer:
         """The long poll (see :class:`~gpupool.schemas.agent.OrdersAnswer`)."""

@@ -22,6 +22,7 @@ from gpupool.control.loop import SchedulingLoop
 from gpupool.control.nodes import NodeService
 from gpupool.control.pools import PoolService
 from gpupool.control.tenants import TenantService
+from gpupool.control.uploads import UploadService
 from gpupool.control.users import UserService
 
 
@@ -36,6 +37,7 @@ class Services:
     users: UserService
     accounting: AccountingService
     logs: LogService
+    uploads: UploadService
     loop: SchedulingLoop | None = None
 
     @classmethod
@@ -50,6 +52,7 @@ class Services:
             users=UserService(cp),
             accounting=AccountingService(cp),
             logs=LogService(cp),
+            uploads=UploadService(cp),
             loop=loop,
         )
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import ipaddress
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlparse
 
 import typer
 import yaml
@@ -52,16 +50,6 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
             raise fail(f"-e {pair!r} is not KEY=VALUE: write it like -e WANDB_MODE=offline")
         env[key] = value
     return env
-
-
-def _is_local(server: str) -> bool:
-    host = urlparse(server).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def build_submission(
@@ -121,10 +109,8 @@ def build_submission(
         "checkpoint.grace": grace,
         "isolation": isolation,
     }
-    if workdir is not None:
-        if not workdir.is_dir():
-            raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
-        flat["workdir"] = str(workdir.resolve())
+    if workdir is not None and not workdir.is_dir():
+        raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
     overrides = nest_options(flat)
     if env:
         overrides["env"] = _env_pairs(env)
@@ -223,13 +209,9 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
     with handle_errors(cli_options=True):
         spec = build_submission(**{k: params[k] for k in keys})
     with session(server, token) as gp:
-        if params.get("workdir") is not None and not _is_local(gp.server):
-            typer.echo(
-                f"warning: {spec['workdir']} must exist on the job's node ({gp.server} is not "
-                "this machine and the server has no upload endpoint yet)",
-                err=True,
-            )
-        job = gp.submit(spec)
+        workdir: Path | None = params.get("workdir")
+        upload = gp.upload_workdir(workdir) if workdir is not None else None
+        job = gp.submit(spec, workdir_upload=upload)
         if parsable:
             typer.echo(job.id)
         elif json_out and not follow:
@@ -275,9 +257,8 @@ SUBMIT_HELP = """Submit a job to the pool (like sbatch).
 
       gpupool submit -f examples/train.yaml -p research --parsable
 
-    --workdir: the job runs in that folder on its node. There is no upload endpoint yet, so the
-    folder must exist on the node (always true for a standalone pool; use a shared file
-    system for a cluster).
+    --workdir DIR: the folder is packed (without .git, __pycache__, .venv) and uploaded (at
+    most 100 MiB packed), and the job runs in a copy of it on its node.
     """
 
 RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit code (like srun).

@@ -39,6 +39,7 @@ from gpupool.client.errors import (
     ServerUnreachable,
     WaitTimeout,
 )
+from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
@@ -53,7 +54,7 @@ from gpupool.schemas.admin import (
     UserView,
     WhoAmI,
 )
-from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobResponse
+from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobResponse, UploadView
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
 
 M = TypeVar("M", bound=BaseModel)
@@ -165,6 +166,7 @@ class Client:
         json: Any = None,
         params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
     ) -> httpx.Response:
         """Send one request; raise :class:`ApiError` for an error answer."""
         if not self.resolved.token and path.startswith("/v1/") and path != "/v1/version":
@@ -176,7 +178,9 @@ class Client:
             query: list[tuple[str, Any]] | None = None
             if params is not None:
                 query = list(params.items()) if isinstance(params, Mapping) else list(params)
-            response = self._http.request(method, path, json=json, params=query, headers=headers)
+            response = self._http.request(
+                method, path, json=json, params=query, headers=headers, content=content
+            )
         except httpx.TimeoutException:
             raise ServerUnreachable(
                 f"{self.server} did not answer in time: check the server is up, or retry"
@@ -215,6 +219,7 @@ class Client:
         *,
         idempotency_key: str | None = None,
         retries: int = 2,
+        workdir_upload: str | None = None,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
@@ -223,12 +228,15 @@ class Client:
         Every submit carries an **idempotency key** (a random one unless given), so when the
         server cannot be reached or does not answer in time it is retried ``retries`` times
         with the same key: the server then returns the job the first attempt may have made,
-        never a second one.
+        never a second one. ``workdir_upload`` is an id from :meth:`upload_workdir`: the job
+        runs in that folder, unpacked on its node.
         """
         body = merge_spec(spec or {}, options_to_spec(options))
         build_spec(body)
         key = idempotency_key or f"sdk-{secrets.token_hex(12)}"
         payload: dict[str, Any] = {"spec": body, "idempotency_key": key}
+        if workdir_upload is not None:
+            payload["workdir_upload"] = workdir_upload
         for attempt in range(retries + 1):
             try:
                 response = self.request("POST", "/v1/jobs", json=payload)
@@ -239,6 +247,18 @@ class Client:
                 continue
             return SubmitJobResponse.model_validate(response.json()).job
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def upload_workdir(self, path: str | Path, limit: int = DEFAULT_LIMIT_BYTES) -> str:
+        """Pack folder ``path`` (without ``.git``, ``__pycache__``, ``.venv``) and upload it;
+        returns the upload id to pass to :meth:`submit` as ``workdir_upload``.
+
+        Raises :class:`~gpupool.client.errors.ConfigError` when it packs to more than
+        ``limit`` bytes (nothing is sent), :class:`ApiError` (413) past the server's limit."""
+        data = pack_folder(Path(path), limit)
+        response = self.request(
+            "POST", "/v1/uploads", content=data, headers={"Content-Type": "application/gzip"}
+        )
+        return UploadView.model_validate(response.json()).upload_id
 
     def get(self, job_id: str) -> JobView:
         """One job with its pending reason, estimated start and priority factors."""

@@ -221,6 +221,7 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
         script=spec["script"],
         env=dict(spec["env"]),
         workdir=spec["workdir"],
+        workdir_upload=spec.get("workdir_upload"),
         device_uuids=[sl.device_uuid for sl in slices],
         milli_per_device=slices[0].milli if slices else 0,
         memory_mib_per_device=slices[0].memory_mib if slices else 0,

@@ -26,6 +26,7 @@ from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.jobstate import move, order_stop
+from gpupool.control.uploads import UploadService
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
@@ -166,9 +167,18 @@ class JobService:
 
     # ------------------------------------------------------------------ submit
     def submit(
-        self, actor: Actor, data: Mapping[str, Any], idempotency_key: str | None = None
+        self,
+        actor: Actor,
+        data: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        *,
+        workdir_upload: str | None = None,
     ) -> tuple[Job, bool]:
-        """Validate and store a job; returns it and whether it was created now."""
+        """Validate and store a job; returns it and whether it was created now.
+
+        ``workdir_upload`` names an upload of the job's tenant (see
+        :mod:`gpupool.control.uploads`); it is kept in the job's stored spec and sent to the
+        agent, which unpacks it and runs the job there."""
         principal = actor.principal
         require(principal, Permission.JOB_SUBMIT)
         try:
@@ -176,8 +186,10 @@ class JobService:
         except SpecError as exc:
             raise Invalid("; ".join(str(p) for p in exc.problems)) from None
         tenant = self._tenant_for(principal, spec)
+        if workdir_upload is not None:
+            UploadService(self.cp).check_for_job(principal, workdir_upload, tenant)
         try:
-            return self._insert(actor, spec, tenant, idempotency_key)
+            return self._insert(actor, spec, tenant, idempotency_key, workdir_upload)
         except IntegrityError:
             # A concurrent submit with the same key won the race: return its job.
             if idempotency_key is not None:
@@ -204,7 +216,12 @@ class JobService:
             return job_from_row(row) if row is not None else None
 
     def _insert(
-        self, actor: Actor, spec: JobSpec, tenant: str, key: str | None
+        self,
+        actor: Actor,
+        spec: JobSpec,
+        tenant: str,
+        key: str | None,
+        workdir_upload: str | None = None,
     ) -> tuple[Job, bool]:
         now = self.cp.now()
         user = actor.principal.user
@@ -238,7 +255,10 @@ class JobService:
             )
             # Plain INSERTs (the hot path: no unit-of-work bookkeeping), job row first since
             # its event refers to it.
-            s.execute(insert(JobModel), [job_values(job, idempotency_key=key)])
+            row = job_values(job, idempotency_key=key)
+            if workdir_upload is not None:
+                row["spec"] = {**row["spec"], "workdir_upload": workdir_upload}
+            s.execute(insert(JobModel), [row])
             event = {
                 "job_id": job.id,
                 "time": now,

@@ -11,6 +11,7 @@
   its first ``preempt_exempt_s`` seconds.
 - ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
   are dropped beyond it).
+- ``upload_max_bytes``: the largest working-directory archive ``POST /v1/uploads`` accepts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class ServerSettings:
     schedule: bool = True
     migrate: bool = False
     log_keep_bytes: int = 8 * 1024 * 1024
+    upload_max_bytes: int = 100 * 1024 * 1024
     preempt_exempt_s: float = 300.0
     server_id: str = field(default_factory=_server_id)
 

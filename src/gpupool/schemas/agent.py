@@ -188,6 +188,7 @@ class AssignmentSpec(WireModel):
     script: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    workdir_upload: str | None = None
     device_uuids: list[str] = Field(default_factory=list)
     milli_per_device: int
     memory_mib_per_device: int

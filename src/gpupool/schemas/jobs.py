@@ -22,6 +22,19 @@ class SubmitJobRequest(WireModel):
         max_length=200,
         description="retry-safe submits: the same key returns the same job (also a header)",
     )
+    workdir_upload: str | None = Field(
+        default=None,
+        max_length=64,
+        description="an upload id from POST /v1/uploads: the job runs in that folder, unpacked",
+    )
+
+
+class UploadView(WireModel):
+    """A stored working-directory archive (``size`` in bytes, ``sha256`` hex)."""
+
+    upload_id: str
+    size: int
+    sha256: str
 
 
 class FactorView(WireModel):

@@ -149,7 +149,8 @@ def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any
 def apply_job(row: JobModel, job: Job) -> None:
     """Copy every mutable field of ``job`` onto ``row`` (the caller checked the version)."""
     row.name = job.spec.name
-    row.spec = spec_to_json(job.spec)
+    # Keys kept beside the spec (``workdir_upload``, see gpupool.control.uploads) stay.
+    row.spec = {**(row.spec or {}), **spec_to_json(job.spec)}
     row.tenant = job.tenant
     row.user = job.user
     row.pool = job.spec.pool

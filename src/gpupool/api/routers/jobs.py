@@ -35,7 +35,7 @@ def submit(
 ) -> SubmitJobResponse:
     """Submit a job; with an idempotency key, a retry returns the first job (200)."""
     key = body.idempotency_key or idempotency_key
-    job, created = svc.jobs.submit(act, body.spec, key)
+    job, created = svc.jobs.submit(act, body.spec, key, workdir_upload=body.workdir_upload)
     if not created:
         response.status_code = 200
     return SubmitJobResponse(job=job_view(job), created=created)

@@ -1,0 +1,123 @@
+"""Working-directory uploads through the API: stored with size and sha256 and audited; over
+the limit is a 413 naming it; another tenant's upload is not found (to read or to submit
+with); a submit keeps the upload and the agent's assignment carries it; only agents download."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from gpupool.control.context import ControlPlane
+from gpupool.control.loop import SchedulingLoop
+from gpupool.store.models import AuditModel, JobModel
+from tests.api.helpers import Api, make_api
+from tests.control.builders import register
+
+
+@pytest.fixture
+def api(cp: ControlPlane) -> Api:
+    return make_api(cp)
+
+
+def _tgz(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _upload(api: Api, token: str, data: bytes, kind: str = "application/gzip") -> Any:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": kind}
+    return api.client.post("/v1/uploads", content=data, headers=headers)
+
+
+def test_an_upload_is_stored_with_its_size_and_sha256_and_audited(
+    api: Api, cp: ControlPlane
+) -> None:
+    data = _tgz({"train.py": b"print('hi')\n"})
+    answer = _upload(api, api.tokens["member"], data)
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert body["size"] == len(data)
+    assert body["sha256"] == hashlib.sha256(data).hexdigest()
+    stored = cp.settings.home / "uploads" / f"{body['upload_id']}.tar.gz"
+    assert stored.read_bytes() == data
+    with cp.read() as s:
+        targets = list(
+            s.scalars(select(AuditModel.target).where(AuditModel.action == "upload.create"))
+        )
+    assert targets == [body["upload_id"]]
+
+
+def test_an_upload_over_the_limit_is_413_naming_the_limit(api: Api, cp: ControlPlane) -> None:
+    api.client.app.state.services.uploads.limit = 1000  # type: ignore[attr-defined]
+    answer = _upload(api, api.tokens["member"], b"x" * 1001)
+    assert answer.status_code == 413
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert "limit of 1000 bytes" in answer.json()["detail"]
+    assert "shrink the folder" in answer.json()["detail"]
+    assert not list((cp.settings.home / "uploads").glob("*.tar.gz"))
+
+
+def test_an_upload_that_is_not_gzip_is_refused(api: Api) -> None:
+    answer = _upload(api, api.tokens["member"], b"{}", kind="application/json")
+    assert answer.status_code == 422
+    assert "application/gzip" in answer.json()["detail"]
+
+
+def test_a_submit_keeps_its_upload_and_the_assignment_carries_it(
+    api: Api, cp: ControlPlane
+) -> None:
+    upload_id = _upload(api, api.tokens["member"], _tgz({"a": b"1"})).json()["upload_id"]
+    body = {
+        "spec": {"name": "w", "command": ["true"], "resources": {"gpus": "0.5"}},
+        "workdir_upload": upload_id,
+    }
+    answer = api.call(api.tokens["member"], "POST", "/v1/jobs", body)
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["job"]["id"]
+    with cp.read() as s:
+        row = s.get(JobModel, job_id)
+        assert row is not None
+        assert row.spec["workdir_upload"] == upload_id
+    register(cp, "n1", gpus=1)
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    assert loop.cycle().started == (job_id,)
+    beat = {"node": "n1", "epoch": 0}
+    got = api.call(api.tokens["agent"], "POST", "/v1/agent/heartbeat", beat)
+    assert got.status_code == 200, got.text
+    starts = got.json()["start"]
+    assert [s["workdir_upload"] for s in starts] == [upload_id]
+
+
+def test_another_tenants_upload_is_not_found(api: Api) -> None:
+    upload_id = _upload(api, api.tokens["member"], _tgz({"a": b"1"})).json()["upload_id"]
+    body = {
+        "spec": {"name": "w", "command": ["true"], "resources": {"gpus": "0.5"}},
+        "workdir_upload": upload_id,
+    }
+    answer = api.call(api.blue_member, "POST", "/v1/jobs", body)
+    assert answer.status_code == 404
+    assert "upload" in answer.json()["detail"]
+    missing = {**body, "workdir_upload": "00" * 16}
+    assert api.call(api.tokens["member"], "POST", "/v1/jobs", missing).status_code == 404
+
+
+def test_only_agents_download_uploads(api: Api) -> None:
+    data = _tgz({"a": b"1"})
+    upload_id = _upload(api, api.tokens["member"], data).json()["upload_id"]
+    path = f"/v1/agent/uploads/{upload_id}"
+    assert api.call(api.tokens["member"], "GET", path).status_code == 403
+    got = api.call(api.tokens["agent"], "GET", path)
+    assert got.status_code == 200
+    assert got.content == data
+    assert api.call(api.tokens["agent"], "GET", "/v1/agent/uploads/nope").status_code == 404
