@@ -29,8 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_api import DEFAULT_PG, Server, drop_pg, fresh_pg  # noqa: E402
-from rawhttp import Connection  # noqa: E402
+from bench_api import DEFAULT_PG, Server, drop_pg, fresh_pg
+from rawhttp import Connection
 
 TICK = os.sysconf("SC_CLK_TCK")
 
