@@ -84,6 +84,9 @@ def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int 
         "port": settings.port,
         "log_level": log_level,
         "timeout_keep_alive": 75,
+        # On SIGTERM/Ctrl-C, give in-flight requests a moment, then stop: an agent's long poll
+        # (up to 25 s) must not hold a stopping server.
+        "timeout_graceful_shutdown": 3,
     }
     if app is not None:
         uvicorn.Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
