@@ -33,6 +33,20 @@ def test_a_wait_answers_at_once_when_the_sequence_is_already_past() -> None:
     assert asyncio.run(board.wait("n9", -1, timeout_s=30)) == 0
 
 
+def test_a_stopping_server_answers_waiting_and_later_polls_at_once() -> None:
+    board = OrderBoard()
+
+    async def scenario() -> tuple[int, int]:
+        waiting = asyncio.create_task(board.wait("n1", 0, timeout_s=30))
+        await asyncio.sleep(0.05)
+        board.release_all()
+        first = await asyncio.wait_for(waiting, timeout=5)
+        later = await asyncio.wait_for(board.wait("n1", 0, timeout_s=30), timeout=5)
+        return first, later
+
+    assert asyncio.run(scenario()) == (0, 0)  # nothing new: the agent simply polls again
+
+
 def test_starts_and_stops_committed_for_a_node_bump_its_sequence(cp: ControlPlane) -> None:
     register(cp, "n1", gpus=1)
     register(cp, "n2", gpus=1)

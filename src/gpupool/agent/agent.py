@@ -501,6 +501,8 @@ class Agent:
                 continue
             if answer.changed and seq >= 0:
                 self._beat_now.set()
+            elif not answer.changed and seq == answer.seq:
+                stop.wait(0.2)  # answered early with nothing new (a stopping server): no spin
             seq = answer.seq
 
     def ship_logs(self) -> int:

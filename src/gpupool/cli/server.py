@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import FrameType
 
 import typer
 
@@ -89,7 +90,14 @@ def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int 
         "timeout_graceful_shutdown": 3,
     }
     if app is not None:
-        uvicorn.Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
+        board = app.state.services.cp.orders
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                board.release_all()  # long polls answer now instead of at their timeout
+                super().handle_exit(sig, frame)
+
+        _Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
         return
     os.environ[SETTINGS_ENV] = settings.to_json()
     uvicorn.run(

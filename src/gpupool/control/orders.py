@@ -34,6 +34,7 @@ class OrderBoard:
         self._lock = threading.Lock()
         self._seq: dict[str, int] = {}
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._closing = False
 
     def seq(self, node: str) -> int:
         with self._lock:
@@ -49,13 +50,23 @@ class OrderBoard:
         for loop, event in woken:
             loop.call_soon_threadsafe(event.set)
 
+    def release_all(self) -> None:
+        """Answer every waiting long poll now (the server is stopping): each gets its node's
+        current sequence, so its agent simply asks again, of the next server. Polls that
+        arrive after this (on a kept-alive connection) answer at once too."""
+        with self._lock:
+            self._closing = True
+            woken = [entry for waiting in self._waiters.values() for entry in waiting]
+        for loop, event in woken:
+            loop.call_soon_threadsafe(event.set)
+
     async def wait(self, node: str, since: int, timeout_s: float) -> int:
         """The node's sequence once it is above ``since``, or after ``timeout_s``."""
         event = asyncio.Event()
         entry = (asyncio.get_running_loop(), event)
         with self._lock:
             current = self._seq.get(node, 0)
-            if current > since:
+            if current > since or self._closing:
                 return current
             self._waiters.setdefault(node, set()).add(entry)
         try:
