@@ -80,6 +80,7 @@ def create_app(
         finally:
             if loop is not None:
                 loop.stop()
+            app.state.services.jobs.close()  # submits queued for group commit are written
             if control is None:
                 cp.close()
 

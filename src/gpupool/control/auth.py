@@ -10,6 +10,13 @@ Words:
 
 Permissions per role are :data:`gpupool.domain.users.PERMISSIONS`; :func:`require` checks them.
 Tenant scoping (another tenant's job is a 404, not a 403) is done by the services.
+
+**Principal cache**: every request authenticates, so a token's principal is kept in memory
+(:class:`PrincipalCache`, keyed by the token's hash) for a few seconds. A token's expiry is
+still checked on every request. Revoking a token, deleting or changing a user clears the
+cache of the server process that did it at once; other processes of the same store (other
+workers, other servers) see the change within the cache's lifetime
+(``ServerSettings.auth_cache_s``, 5 s by default).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -64,13 +73,70 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def authenticate(session: Session, secret: str | None, now: float) -> Principal:
-    """The principal for ``secret``, or :class:`Unauthorized` saying why not."""
+NO_TOKEN = (
+    "no API token: send 'Authorization: Bearer <token>' (the admin token is in "
+    "$GPUPOOL_HOME/admin-token; create others with `gpupool token create`)"
+)
+
+
+class PrincipalCache:
+    """Valid tokens' principals by token hash, each kept ``ttl_s`` seconds (monotonic time).
+
+    Only successful authentications are kept; a token's own expiry (``expires_at``, store
+    time) is checked on every hit. :meth:`clear` drops everything and makes lookups that
+    were already under way when it ran not store their (possibly stale) result."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, ttl_s: float = 5.0) -> None:
+        self.ttl_s = ttl_s
+        # digest -> (principal, token expires_at or None, monotonic deadline of the entry)
+        self._entries: dict[str, tuple[Principal, float | None, float]] = {}
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    def get(self, secret: str, now: float) -> Principal | None:
+        entry = self._entries.get(hash_secret(secret))
+        if entry is None:
+            return None
+        principal, expires_at, deadline = entry
+        if time.monotonic() >= deadline or (expires_at is not None and expires_at <= now):
+            return None
+        return principal
+
+    def put(
+        self, secret: str, principal: Principal, expires_at: float | None, generation: int
+    ) -> None:
+        if self.ttl_s <= 0:
+            return
+        with self._lock:
+            if generation != self.generation:
+                return  # cleared while this lookup ran: its answer may be stale
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            deadline = time.monotonic() + self.ttl_s
+            self._entries[hash_secret(secret)] = (principal, expires_at, deadline)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
+
+
+def authenticate(
+    session: Session, secret: str | None, now: float, cache: PrincipalCache | None = None
+) -> Principal:
+    """The principal for ``secret``, or :class:`Unauthorized` saying why not.
+
+    With ``cache``, a principal found there is returned without a query, and one found in
+    the store is added to it."""
     if not secret:
-        raise Unauthorized(
-            "no API token: send 'Authorization: Bearer <token>' (the admin token is in "
-            "$GPUPOOL_HOME/admin-token; create others with `gpupool token create`)"
-        )
+        raise Unauthorized(NO_TOKEN)
+    if cache is not None:
+        hit = cache.get(secret, now)
+        if hit is not None:
+            return hit
+    generation = cache.generation if cache is not None else 0
     digest = hash_secret(secret)
     row = session.execute(
         select(
@@ -94,7 +160,10 @@ def authenticate(session: Session, secret: str | None, now: float) -> Principal:
         raise Unauthorized("the API token has expired: create a new one")
     if row.disabled:
         raise Unauthorized(f"user {row.name} is disabled: ask an admin")
-    return Principal(user=row.name, role=Role(row.role), tenant=row.tenant, token_id=row.id)
+    principal = Principal(user=row.name, role=Role(row.role), tenant=row.tenant, token_id=row.id)
+    if cache is not None:
+        cache.put(secret, principal, row.expires_at, generation)
+    return principal
 
 
 def require(principal: Principal, *permissions: Permission) -> None:

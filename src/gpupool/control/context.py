@@ -1,4 +1,6 @@
-"""The control plane's shared parts: the store, the clock, the settings, the loop's wake-up.
+"""The control plane's shared parts: the store, the clock, the settings, the loop's wake-up,
+and the hot path's caches (``principals``: see :mod:`gpupool.control.auth`; ``catalog``: see
+:mod:`gpupool.control.catalog`).
 
 :class:`ControlPlane` is built once per server process and handed to every service. ``tx()`` is
 the one way services open a transaction; a database that is down surfaces as
@@ -18,6 +20,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
+from gpupool.control.auth import PrincipalCache
+from gpupool.control.catalog import Catalog
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.control.errors import Unavailable
 from gpupool.control.orders import ORDER_NODES, OrderBoard
@@ -65,6 +69,9 @@ class ControlPlane:
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
+        # In-memory copies for the hot path; services that change what they hold clear them.
+        self.principals = PrincipalCache(settings.auth_cache_s)
+        self.catalog = Catalog(settings.catalog_cache_s)
 
     @property
     def sqlite(self) -> bool:

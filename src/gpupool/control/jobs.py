@@ -12,16 +12,17 @@ are unique per user and kept for the life of the job.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Select, bindparam, insert, null, select
+from sqlalchemy import Select, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.control import audit
 from gpupool.control.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.batching import GroupCommit
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
@@ -39,10 +40,7 @@ from gpupool.store.models import (
     AuditModel,
     JobEventModel,
     JobModel,
-    PoolModel,
-    PriorityClassModel,
     SliceModel,
-    TenantModel,
 )
 
 MAX_PAGE = 1000
@@ -129,30 +127,6 @@ def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
     return out
 
 
-def _lookup(with_key: bool) -> Select[Any]:
-    """One round trip: does the tenant exist, the pool, the priority class (its value), and
-    a job of this user with this idempotency key. Built once; only parameters change."""
-    key_column: Any = (
-        select(JobModel.id)
-        .where(JobModel.user == bindparam("user"), JobModel.idempotency_key == bindparam("key"))
-        .scalar_subquery()
-        if with_key
-        else null()
-    )
-    return select(
-        select(TenantModel.name).where(TenantModel.name == bindparam("tenant")).scalar_subquery(),
-        select(PoolModel.name).where(PoolModel.name == bindparam("pool")).scalar_subquery(),
-        select(PriorityClassModel.value)
-        .where(PriorityClassModel.name == bindparam("pc"))
-        .scalar_subquery(),
-        key_column,
-    )
-
-
-_LOOKUP = _lookup(with_key=False)
-_LOOKUP_WITH_KEY = _lookup(with_key=True)
-
-
 def new_job_id() -> str:
     return secrets.token_hex(6)
 
@@ -161,9 +135,25 @@ def _not_found(job_id: str) -> NotFound:
     return NotFound(f"job {job_id!r} not found: list your jobs with `gpupool queue`")
 
 
+@dataclass(frozen=True)
+class PendingSubmit:
+    """A submit that passed the checks needing no store, waiting to be written."""
+
+    actor: Actor
+    spec: JobSpec
+    tenant: str
+    key: str | None  # the idempotency key
+    workdir_upload: str | None = None
+
+
+#: What storing one submit came to: the job and whether it was created now, or the error.
+SubmitOutcome = tuple[Job, bool] | BaseException
+
+
 class JobService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
+        self._batcher: GroupCommit[PendingSubmit, tuple[Job, bool]] | None = None
 
     # ------------------------------------------------------------------ submit
     def submit(
@@ -179,24 +169,42 @@ class JobService:
         ``workdir_upload`` names an upload of the job's tenant (see
         :mod:`gpupool.control.uploads`); it is kept in the job's stored spec and sent to the
         agent, which unpacks it and runs the job there."""
-        principal = actor.principal
-        require(principal, Permission.JOB_SUBMIT)
+        pending = self.prepare(actor, data, idempotency_key)
+        if workdir_upload is not None:
+            UploadService(self.cp).check_for_job(actor.principal, workdir_upload, pending.tenant)
+            pending = replace(pending, workdir_upload=workdir_upload)
+        outcome = self.write_submits([pending])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def submit_async(
+        self, actor: Actor, data: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> tuple[Job, bool]:
+        """:meth:`submit` (without an upload) through group commit: concurrent submits share
+        one transaction; this returns after the commit. Call it from an event loop."""
+        pending = self.prepare(actor, data, idempotency_key)
+        if self._batcher is None:
+            self._batcher = GroupCommit(
+                self.write_submits, max_items=self.cp.settings.submit_batch, name="submits"
+            )
+        return await self._batcher.submit(pending)
+
+    def close(self) -> None:
+        """Stop the group-commit writer (after the submits already queued)."""
+        if self._batcher is not None:
+            self._batcher.close()
+
+    def prepare(
+        self, actor: Actor, data: Mapping[str, Any], idempotency_key: str | None
+    ) -> PendingSubmit:
+        """Checks that need no store: permission, the spec, the tenant it may go to."""
+        require(actor.principal, Permission.JOB_SUBMIT)
         try:
             spec = build_spec(data, source="request")
         except SpecError as exc:
             raise Invalid("; ".join(str(p) for p in exc.problems)) from None
-        tenant = self._tenant_for(principal, spec)
-        if workdir_upload is not None:
-            UploadService(self.cp).check_for_job(principal, workdir_upload, tenant)
-        try:
-            return self._insert(actor, spec, tenant, idempotency_key, workdir_upload)
-        except IntegrityError:
-            # A concurrent submit with the same key won the race: return its job.
-            if idempotency_key is not None:
-                existing = self._by_key(principal.user, idempotency_key)
-                if existing is not None:
-                    return existing, False
-            raise
+        return PendingSubmit(actor, spec, self._tenant_for(actor.principal, spec), idempotency_key)
 
     def _tenant_for(self, principal: Principal, spec: JobSpec) -> str:
         if spec.tenant is None:
@@ -215,62 +223,110 @@ class JobService:
             )
             return job_from_row(row) if row is not None else None
 
-    def _insert(
-        self,
-        actor: Actor,
-        spec: JobSpec,
-        tenant: str,
-        key: str | None,
-        workdir_upload: str | None = None,
-    ) -> tuple[Job, bool]:
-        now = self.cp.now()
-        user = actor.principal.user
-        lookup = _LOOKUP_WITH_KEY if key is not None else _LOOKUP
-        params = {"tenant": tenant, "pool": spec.pool, "pc": spec.priority_class}
-        if key is not None:
-            params.update(user=user, key=key)
-        with self.cp.tx() as s:
-            found_tenant, found_pool, priority, existing_id = s.execute(lookup, params).one()
-            if key is not None and existing_id is not None:
-                existing = s.get(JobModel, existing_id)
+    def write_submits(self, items: Sequence[PendingSubmit]) -> list[SubmitOutcome]:
+        """Store prepared submits in one transaction; one outcome per item, in order.
+
+        A bad item (unknown pool, ...) gets its error and does not stop the others. If the
+        transaction fails on a unique key (a submit with the same idempotency key committed
+        meanwhile by another process), each item is retried on its own, and an item whose
+        key now exists returns that job."""
+        try:
+            outcomes = self._insert_batch(items)
+        except IntegrityError as exc:
+            if len(items) > 1:
+                return [self.write_submits([item])[0] for item in items]
+            item = items[0]
+            if item.key is not None:
+                existing = self._by_key(item.actor.principal.user, item.key)
                 if existing is not None:
-                    return job_from_row(existing), False
-            if found_tenant is None:
-                raise Invalid(f"tenant {tenant!r} does not exist: ask an admin to create it")
-            if found_pool is None:
-                raise Invalid(f"pool {spec.pool!r} does not exist: use one of `gpupool pool list`")
-            if priority is None:
-                names = ", ".join(s.scalars(select(PriorityClassModel.name)))
-                raise Invalid(
-                    f"priority class {spec.priority_class!r} does not exist: use one of {names}"
-                )
-            job = Job(
-                id=new_job_id(),
-                spec=spec,
-                tenant=tenant,
-                user=user,
-                priority=int(priority),
-                submit_time=now,
-                eligible_time=now,
-            )
-            # Plain INSERTs (the hot path: no unit-of-work bookkeeping), job row first since
-            # its event refers to it.
-            row = job_values(job, idempotency_key=key)
-            if workdir_upload is not None:
-                row["spec"] = {**row["spec"], "workdir_upload": workdir_upload}
-            s.execute(insert(JobModel), [row])
-            event = {
-                "job_id": job.id,
-                "time": now,
-                "source": JobState.PENDING.value,
-                "target": JobState.PENDING.value,
-                "version": job.version,
-                "reason": "submitted",
-            }
-            s.execute(insert(JobEventModel), [event])
-            s.execute(insert(AuditModel), [audit.values(actor, "job.submit", now, target=job.id)])
+                    return [(existing, False)]
+            return [exc]
+        except Exception as exc:  # each caller gets the error (503, 500, ...)
+            return [exc] * len(items)
         self.cp.poke()
-        return job, True
+        return outcomes
+
+    def _insert_batch(self, items: Sequence[PendingSubmit]) -> list[SubmitOutcome]:
+        now = self.cp.now()
+        outcomes: list[SubmitOutcome | None] = [None] * len(items)
+        jobs: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        audits: list[dict[str, Any]] = []
+        with self.cp.tx() as s:
+            # Idempotency: the jobs these keys already made (one query for the batch; the
+            # user + key index answers it), and keys repeated within the batch.
+            known: dict[tuple[str, str], Job] = {}
+            keyed = [(i.actor.principal.user, i.key) for i in items if i.key is not None]
+            if keyed:
+                users = sorted({u for u, _ in keyed})
+                keys = sorted({k for _, k in keyed})
+                for row in s.scalars(
+                    select(JobModel).where(
+                        JobModel.user.in_(users), JobModel.idempotency_key.in_(keys)
+                    )
+                ):
+                    if row.idempotency_key is not None:
+                        known[(row.user, row.idempotency_key)] = job_from_row(row)
+            for n, item in enumerate(items):
+                user = item.actor.principal.user
+                mark = (user, item.key) if item.key is not None else None
+                if mark is not None and mark in known:
+                    outcomes[n] = (known[mark], False)
+                    continue
+                spec = item.spec
+                copy, has_tenant, has_pool, priority = self.cp.catalog.get(
+                    s, item.tenant, spec.pool, spec.priority_class
+                )
+                if not has_tenant:
+                    outcomes[n] = Invalid(
+                        f"tenant {item.tenant!r} does not exist: ask an admin to create it"
+                    )
+                    continue
+                if not has_pool:
+                    outcomes[n] = Invalid(
+                        f"pool {spec.pool!r} does not exist: use one of `gpupool pool list`"
+                    )
+                    continue
+                if priority is None:
+                    names = ", ".join(sorted(copy.priorities, key=copy.priorities.__getitem__))
+                    outcomes[n] = Invalid(
+                        f"priority class {spec.priority_class!r} does not exist: use one of {names}"
+                    )
+                    continue
+                job = Job(
+                    id=new_job_id(),
+                    spec=spec,
+                    tenant=item.tenant,
+                    user=user,
+                    priority=priority,
+                    submit_time=now,
+                    eligible_time=now,
+                )
+                values = job_values(job, idempotency_key=item.key)
+                if item.workdir_upload is not None:
+                    values["spec"] = {**values["spec"], "workdir_upload": item.workdir_upload}
+                jobs.append(values)
+                events.append(
+                    {
+                        "job_id": job.id,
+                        "time": now,
+                        "source": JobState.PENDING.value,
+                        "target": JobState.PENDING.value,
+                        "version": job.version,
+                        "reason": "submitted",
+                    }
+                )
+                audits.append(audit.values(item.actor, "job.submit", now, target=job.id))
+                outcomes[n] = (job, True)
+                if mark is not None:
+                    known[mark] = job  # the same key again in this batch: this job
+            # Plain multi-row INSERTs (no unit-of-work bookkeeping), jobs first since their
+            # events refer to them.
+            if jobs:
+                s.execute(insert(JobModel), jobs)
+                s.execute(insert(JobEventModel), events)
+                s.execute(insert(AuditModel), audits)
+        return [o for o in outcomes if o is not None]
 
     # ------------------------------------------------------------------ read
     def _load(self, s: Session, principal: Principal, job_id: str) -> JobModel:

@@ -66,6 +66,7 @@ class PoolService:
             audit.record(
                 s, actor, "pool.create" if created else "pool.update", now, target=pool.name
             )
+        self.cp.catalog.invalidate()
         self.cp.poke()
         return pool, created
 
@@ -85,6 +86,7 @@ class PoolService:
                 )
             s.delete(row)
             audit.record(s, actor, "pool.delete", now, target=name)
+        self.cp.catalog.invalidate()
 
     def move_device(self, actor: Actor, uuid: str, pool: str) -> None:
         require(actor.principal, Permission.NODE_MANAGE)

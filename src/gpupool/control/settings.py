@@ -12,6 +12,12 @@
 - ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
   are dropped beyond it).
 - ``upload_max_bytes``: the largest working-directory archive ``POST /v1/uploads`` accepts.
+- ``auth_cache_s``: how long a token's principal is kept in memory (seconds; 0 = not kept).
+  Revocations made by this process take effect at once; made by another, within this time.
+- ``catalog_cache_s``: how long submits trust the cached tenant, pool and priority-class
+  names and values (seconds; 0 = read them each time). Changes made by this process take
+  effect at once; made by another, within this time.
+- ``submit_batch``: the most submits written in one transaction (group commit).
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class ServerSettings:
     log_keep_bytes: int = 8 * 1024 * 1024
     upload_max_bytes: int = 100 * 1024 * 1024
     preempt_exempt_s: float = 300.0
+    auth_cache_s: float = 5.0
+    catalog_cache_s: float = 5.0
+    submit_batch: int = 64
     server_id: str = field(default_factory=_server_id)
 
     @property

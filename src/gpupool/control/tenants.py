@@ -108,6 +108,7 @@ class TenantService:
             row.display_name = tenant.display_name
             action = "tenant.create" if created else "tenant.update"
             audit.record(s, actor, action, now, target=tenant.name)
+        self.cp.catalog.invalidate()
         return tenant, created
 
     def delete(self, actor: Actor, name: str) -> None:
@@ -126,6 +127,7 @@ class TenantService:
                 )
             s.delete(row)
             audit.record(s, actor, "tenant.delete", now, target=name)
+        self.cp.catalog.invalidate()
 
     # -- quotas
     def set_quota(self, actor: Actor, quota: Quota) -> Quota:
@@ -182,4 +184,5 @@ class TenantService:
             else:
                 row.value = pc.value
             audit.record(s, actor, "priority-class.put", now, target=pc.name)
+        self.cp.catalog.invalidate()
         return pc

@@ -138,6 +138,7 @@ class UserService:
             for token in s.scalars(select(TokenModel).where(TokenModel.user == name)):
                 token.revoked_at = token.revoked_at or now
             audit.record(s, actor, "user.delete", now, target=name)
+        self.cp.principals.clear()  # its tokens stop working in this process now
 
     def create_token(
         self, actor: Actor, user: str | None, name: str, ttl_s: float | None
@@ -191,3 +192,4 @@ class UserService:
                 )
             token.revoked_at = token.revoked_at or now
             audit.record(s, actor, "token.revoke", now, target=token_id)
+        self.cp.principals.clear()  # the token stops working in this process now

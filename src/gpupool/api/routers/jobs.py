@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.deps import Act, Svc, Who
 from gpupool.api.views import event_view, job_view
@@ -26,19 +27,27 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=SubmitJobResponse)
-def submit(
+async def submit(
     body: SubmitJobRequest,
     svc: Svc,
     act: Act,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> SubmitJobResponse:
+) -> Response:
     """Submit a job; with an idempotency key, a retry returns the first job (200)."""
     key = body.idempotency_key or idempotency_key
-    job, created = svc.jobs.submit(act, body.spec, key, workdir_upload=body.workdir_upload)
-    if not created:
-        response.status_code = 200
-    return SubmitJobResponse(job=job_view(job), created=created)
+    if body.workdir_upload is None:
+        # the hot path: checks on the event loop, the write through group commit
+        job, created = await svc.jobs.submit_async(act, body.spec, key)
+    else:
+        job, created = await run_in_threadpool(
+            svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload
+        )
+    view = SubmitJobResponse(job=job_view(job), created=created)
+    # The view was validated when built: serialise it as it is (FastAPI would validate the
+    # returned model again against response_model).
+    return Response(
+        view.model_dump_json(), status_code=201 if created else 200, media_type="application/json"
+    )
 
 
 @router.get("", response_model=JobList)
