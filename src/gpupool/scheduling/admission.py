@@ -99,32 +99,47 @@ class QuotaLedger:
         self._milli: dict[tuple[str, str], int] = {}
         self._mem: dict[tuple[str, str], int] = {}
         self._borrowing: set[str] = set()
-        jobs = sorted(snapshot.running_by_job.items(), key=lambda kv: (kv[1][0].start_time, kv[0]))
-        for job_id, replicas in jobs:
+        milli_of, mem_of = self._milli, self._mem
+        implicit = False  # some job leaves its borrowing to the start order
+        for job_id, replicas in snapshot.running_by_job.items():
             first = replicas[0]
             key = (first.tenant, first.pool)
             if len(replicas) == 1:  # the common case, without generator overhead
                 milli, mem = first.gpu_milli, first.gpu_memory_mib
+                explicit = first.borrowing
             else:
                 milli = sum(r.gpu_milli for r in replicas)
                 mem = sum(r.gpu_memory_mib for r in replicas)
-            self._milli[key] = self._milli.get(key, 0) + milli
-            self._mem[key] = self._mem.get(key, 0) + mem
-            quota = snapshot.quota(*key)
-            explicit = (
-                first.borrowing
-                if len(replicas) == 1
-                else next((r.borrowing for r in replicas if r.borrowing is not None), None)
+                explicit = next((r.borrowing for r in replicas if r.borrowing is not None), None)
+            milli_of[key] = milli_of.get(key, 0) + milli
+            mem_of[key] = mem_of.get(key, 0) + mem
+            if explicit is None:
+                implicit = True
+            elif explicit:
+                self._borrowing.add(job_id)
+        if implicit:
+            self._infer_borrowing(snapshot)
+
+    def _infer_borrowing(self, snapshot: ClusterSnapshot) -> None:
+        """Borrowers among the jobs without an explicit flag: those whose use, counted in start
+        order (then job id) with the tenant's jobs before them, passes the guarantee."""
+        milli_so_far: dict[tuple[str, str], int] = {}
+        mem_so_far: dict[tuple[str, str], int] = {}
+        jobs = sorted(snapshot.running_by_job.items(), key=lambda kv: (kv[1][0].start_time, kv[0]))
+        for job_id, replicas in jobs:
+            first = replicas[0]
+            key = (first.tenant, first.pool)
+            milli = milli_so_far[key] = milli_so_far.get(key, 0) + sum(
+                r.gpu_milli for r in replicas
             )
-            if explicit is not None:
-                borrowing = explicit
-            elif quota is None:
-                borrowing = False
-            else:
-                borrowing = self._milli[key] > quota.guaranteed_milli or (
-                    _memory_governed(quota) and self._mem[key] > quota.guaranteed_memory_mib
-                )
-            if borrowing:
+            mem = mem_so_far[key] = mem_so_far.get(key, 0) + sum(r.gpu_memory_mib for r in replicas)
+            if any(r.borrowing is not None for r in replicas):
+                continue  # explicit: counted above
+            quota = snapshot.quota(*key)
+            if quota is not None and (
+                milli > quota.guaranteed_milli
+                or (_memory_governed(quota) and mem > quota.guaranteed_memory_mib)
+            ):
                 self._borrowing.add(job_id)
 
     def use(self, tenant: str, pool: str) -> tuple[int, int]:
