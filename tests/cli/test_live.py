@@ -387,7 +387,11 @@ def test_top_is_interactive_in_a_terminal_s_sorts_and_q_quits(pool_env: LocalPoo
         os.close(master)
 
 
-def test_ctrl_c_on_run_cancels_the_job(pool_env: LocalPool) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_on_run_cancels_the_job(
+    pool_env: LocalPool, sig: signal.Signals, code: int
+) -> None:
+    name = f"interrupted-{sig.name.lower()}"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -395,7 +399,7 @@ def test_ctrl_c_on_run_cancels_the_job(pool_env: LocalPool) -> None:
             "gpupool.cli",
             "run",
             "-J",
-            "interrupted",
+            name,
             "-g",
             "0.1",
             "--",
@@ -408,13 +412,13 @@ def test_ctrl_c_on_run_cancels_the_job(pool_env: LocalPool) -> None:
     )
     with client(pool_env) as gp:
         for _ in range(300):
-            jobs = gp.list(name="interrupted", state=["RUNNING"])
+            jobs = gp.list(name=name, state=["RUNNING"])
             if jobs:
                 break
             time.sleep(0.1)
         assert jobs, "the job never started"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130
+        assert proc.returncode == code
         assert f"cancelled job {jobs[0].id}" in err.decode()
         assert gp.wait(jobs[0].id, timeout_s=60, poll_s=0.2).state == "CANCELLED"

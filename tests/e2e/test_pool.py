@@ -134,3 +134,26 @@ def test_a_job_run_with_workdir_reads_a_file_from_its_uploaded_folder(
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "from the upload False\n"
+
+
+def test_an_mlflow_run_inside_a_job_is_tagged_with_the_job(pool: Pool, tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    seen = tmp_path / "tags.txt"
+    program = (
+        "import sys, mlflow\n"
+        "with mlflow.start_run() as run:\n"
+        "    mlflow.log_metric('loss', 0.5)\n"
+        "tags = mlflow.get_run(run.info.run_id).data.tags\n"
+        "open(sys.argv[1], 'w').write(' '.join(\n"
+        "    tags[k] for k in ('gpupool.job_id', 'gpupool.job_name', 'gpupool.slice')))\n"
+    )
+    spec = {
+        "name": "tracked",
+        "command": [PY, "-c", program, str(seen)],
+        "resources": {"gpus": "0.25"},
+        "env": {"MLFLOW_TRACKING_URI": store},
+    }
+    job_id = pool.post("/v1/jobs", {"spec": spec})["job"]["id"]
+    done = pool.wait_state(job_id, "COMPLETED", "FAILED", timeout=120)
+    assert done["state"] == "COMPLETED", done
+    assert seen.read_text() == f"{job_id} tracked 0.25"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -222,20 +224,34 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
             raise typer.Exit(_follow(gp, job))
 
 
+class _Terminated(Exception):
+    """SIGTERM reached ``gpupool run`` (a CI system cancelling its step, ``kill``)."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
 def _follow(gp: Client, job: JobView) -> int:
     """Stream the job's output until it ends; the exit code to leave with.
 
-    Ctrl-C cancels the job (as with srun) and exits 130.
+    Ctrl-C cancels the job (as with srun) and exits 130; SIGTERM (how CI systems cancel a
+    step) cancels it too and exits 143.
     """
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         for line in gp.logs(job.id, follow=True):
             sys.stdout.write(line)
             sys.stdout.flush()
         final = gp.wait(job.id)
-    except KeyboardInterrupt:
-        gp.cancel(job.id, reason="interrupted: Ctrl-C on gpupool run")
+    except (KeyboardInterrupt, _Terminated) as exc:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cancel, even if CI sends more
+        what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        gp.cancel(job.id, reason=f"interrupted: {what} on gpupool run")
         typer.echo(f"\ncancelled job {job.id}", err=True)
-        return 130
+        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if final.state == "COMPLETED":
         return 0
     typer.echo(
@@ -270,6 +286,11 @@ RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit 
       gpupool run -g 0.25 -- python -c "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
 
       gpupool run --wrap "nvidia-smi; python eval.py" -t 30
+
+      gpupool run -g 1 -t 20 --workdir . -- pytest tests/gpu    # a CI step on the pool
+
+    Ctrl-C cancels the job and exits 130; SIGTERM (a CI system cancelling the step) cancels it
+    and exits 143.
     """
 
 
