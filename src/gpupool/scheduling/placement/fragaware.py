@@ -16,15 +16,21 @@ how much the node's fragmentation drops. It differs in what a live scheduler can
   then the node order.
 - **GPU choice for a share.** Among GPUs of equal integer score, the one with the least free
   milli (best fit), then the larger exact drop.
-- **model scarcity.** A replica that accepts any GPU model goes first to the models that the
-  model-constrained shapes of the distribution need least (:meth:`FragAwarePolicy._scarcity`),
-  so replicas that can only use a scarce model still find it. Without constrained shapes this
-  rule does nothing.
+- **CPU and memory balance** (:mod:`.balance`). FGD sees CPU only where it makes a shape stop
+  fitting, so it happily spends the CPU of a node whose GPUs will need it. ``fragaware`` subtracts
+  from the fragmentation drop how much the placement grows the node's *stranded* GPU milli (free
+  GPU that the node's free CPU or host memory cannot serve at the CPU and memory per GPU of the
+  arrivals so far), weighted by ``cpu_weight``; CPU-only and CPU-hungry replicas then go to
+  CPU-rich nodes, and replicas that need little CPU per GPU to CPU-poor ones.
+- **GPU-model pressure** (:mod:`.scarcity`). A replica that may use several GPU models goes first
+  to the models whose free capacity model-constrained arrivals want least (pressure level, in
+  ``pressure_levels`` steps), then by score, so replicas that can only use a scarce model still
+  find it. With no constrained arrivals every level is 0 and this rule does nothing.
 
-The packing experiment (``docs/benchmarks.md``, Packing) measures it against FGD: the best-fit
-tie-break is worth a little when the distribution is known, and learning the distribution online
-costs about as much, because FGD's integer scores make early placements depend on the exact
-distribution (the paper's scheduler reads the whole trace first).
+The packing experiment (``docs/benchmarks.md``, Packing) measures it against FGD: the balance rule
+is what beats FGD on every pod list (unbalanced CPU strands whole GPUs), the pressure rule what
+keeps the ``gpuspec`` lists from collapsing, and the online distribution costs little once those
+two are in.
 
 Words: **arrival** = one call of :meth:`observe`; **pseudo-count** = the prior's weight in
 arrivals.
@@ -38,11 +44,11 @@ from typing import ClassVar
 import numpy as np
 
 from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.placement.balance import ResourceRatio, stranding_growth
 from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
     Choice,
-    IntArray,
     PolicyOptions,
     Shape,
 )
@@ -53,10 +59,7 @@ from gpupool.scheduling.placement.fragmentation import (
     ShapeKey,
     shape_key,
 )
-
-#: Model-scarcity levels: a whole-GPU or share replica that accepts any model prefers GPU models
-#: fewer constrained replicas need (level 0) over scarcer ones (up to this level).
-SCARCITY_LEVELS = 4
+from gpupool.scheduling.placement.scarcity import ModelDemand
 
 #: Shapes assumed before any arrival: (cpu milli, GPU milli per GPU, GPU count, any model).
 PRIOR_SHAPES: tuple[ShapeKey, ...] = (
@@ -77,6 +80,10 @@ class FragAwareConfig:
     arrivals and swapped in when a shape's probability moved by more than ``tolerance``; ``tie``
     names the tie-break among equal integer scores (:data:`TIE_BREAKS`); ``tight_gpu`` sends a
     share to the fullest GPU among equals; ``levels`` is the integer score's top (FGD: 100).
+    ``cpu_weight`` weighs the growth of stranded GPU milli against the fragmentation drop (0 turns
+    the balance rule off) and ``balance_memory`` counts host memory as well as CPU;
+    ``pressure_levels`` is the number of GPU-model pressure steps (0 turns the rule off) and
+    ``pressure_multi`` applies it to replicas that accept several (not all) models too.
     """
 
     half_life: float | None = 4000.0
@@ -86,6 +93,10 @@ class FragAwareConfig:
     tie: str = "bestfit"
     tight_gpu: bool = True
     levels: float = 100.0
+    cpu_weight: float = 1.0
+    balance_memory: bool = True
+    pressure_levels: int = 4
+    pressure_multi: bool = True
 
 
 def _tie_used(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
@@ -155,6 +166,8 @@ class FragAwarePolicy:
         self._current: dict[ShapeKey, float] = {}
         prior = self.config.prior_weight / len(PRIOR_SHAPES)
         self._prior = dict.fromkeys(PRIOR_SHAPES, prior)
+        self._ratio = ResourceRatio(half_life=self.config.half_life)
+        self._demand = ModelDemand(half_life=self.config.half_life)
 
     @property
     def distribution(self) -> ShapeDistribution | None:
@@ -173,6 +186,8 @@ class FragAwarePolicy:
         self._weights[key] = self._weights.get(key, 0.0) + self._growth
         if shape.models is not None:
             self._num_models = max(self._num_models, len(shape.models))
+        self._ratio.observe(shape)
+        self._demand.observe(shape)
         self._arrivals += 1
         self._since_refresh += 1
 
@@ -204,55 +219,34 @@ class FragAwarePolicy:
 
     # -- placing ----------------------------------------------------------------------------
 
-    def _scarcity(self, capacity: CapacityArrays) -> IntArray:
-        """Per GPU model, 0..SCARCITY_LEVELS: how much model-constrained demand needs it.
-
-        Each constrained shape of the distribution spreads its GPU demand evenly over the models
-        it accepts; dividing by the model's GPUs and scaling to the most wanted model gives the
-        level. Without constrained shapes every level is 0.
-        """
-        dist = self._cache.dist
-        levels = np.zeros(len(capacity.model_names), dtype=np.int64)
-        if dist is None or dist.size == 0:
-            return levels
-        k = len(capacity.model_names)
-        allowed = dist.allowed[:, :k]
-        constrained = ~allowed.all(axis=1) & (dist.count > 0)
-        if not constrained.any():
-            return levels
-        share = (
-            np.where(
-                constrained[:, None],
-                allowed * (dist.prob * dist.milli * dist.count)[:, None],
-                0.0,
-            )
-            / np.maximum(allowed.sum(axis=1), 1)[:, None]
-        )
-        gpus = np.bincount(capacity.node_model, weights=capacity.usable.sum(axis=1), minlength=k)
-        need = share.sum(axis=0) / np.maximum(gpus, 1)
-        top = float(need.max())
-        if top <= 0:
-            return levels
-        scaled: IntArray = np.ceil(need / top * SCARCITY_LEVELS).astype(np.int64)
-        return scaled
-
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
         if not feasible.any():
             return None
         self._refresh(capacity)
         self._cache.sync(capacity)
         delta, gpu = self._cache.best(capacity, shape, feasible, tight=self.config.tight_gpu)
+        if self.config.cpu_weight:
+            delta = delta - self.config.cpu_weight * stranding_growth(
+                capacity, shape, self._ratio, memory=self.config.balance_memory
+            )
         tie = np.clip(TIE_BREAKS[self.config.tie](capacity, shape, delta), 0.0, 9.99e8)
         key = paper_score(delta, self.config.levels) * 1e9 + tie
-        if shape.models is None and shape.count > 0:
-            # Leave the GPU models that model-constrained replicas need to them.
-            scarcity = self._scarcity(capacity)[capacity.node_model]
-            key = key + (SCARCITY_LEVELS - scarcity) * 1e12
+        if self._has_choice_of_models(shape) and self._demand.constrained:
+            # Leave the GPU models that model-constrained replicas will want to them.
+            level = self._demand.levels(capacity, self.config.pressure_levels)
+            key = key + (self.config.pressure_levels - level[capacity.node_model]) * 1e12
         key = np.where(feasible, key, -np.inf)
         node = int(np.argmax(key))
         if not feasible[node]:
             return None
         return shares_choice(capacity, shape, node, int(gpu[node]))
+
+    def _has_choice_of_models(self, shape: Shape) -> bool:
+        if shape.count == 0 or self.config.pressure_levels <= 0:
+            return False
+        if shape.models is None:
+            return True
+        return self.config.pressure_multi and sum(shape.models) > 1
 
 
 def _max_change(old: dict[ShapeKey, float], new: dict[ShapeKey, float]) -> float:
