@@ -12,6 +12,7 @@ clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing e
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -75,6 +76,12 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if loop is not None:
             loop.start()
+        # Everything built so far (modules, the app, the ORM's mappers) lives as long as the
+        # process: move it out of the collector's sight, so that a full collection scans only
+        # what requests made. Without this, full collections took 100-250 ms under load and
+        # stalled every request in flight (the submit p99).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

@@ -90,8 +90,20 @@ async def principal(request: Request, svc: Annotated[Services, Depends(services)
 
 
 async def actor(request: Request, who: Annotated[Principal, Depends(principal)]) -> Actor:
+    return actor_of(request, who)
+
+
+def actor_of(request: Request, who: Principal) -> Actor:
     remote = request.client.host if request.client is not None else None
     return Actor(principal=who, method=request.method, path=request.scope["path"], remote=remote)
+
+
+async def calling_actor(request: Request) -> tuple[Services, Actor]:
+    """The services and the actor, as ``Svc`` and ``Act`` give them, for a hot route that
+    takes only the request: FastAPI's dependency solving costs more per request than the
+    work these do (see docs/benchmarks.md, "Control plane")."""
+    svc = await services(request)
+    return svc, actor_of(request, await principal(request, svc))
 
 
 Svc = Annotated[Services, Depends(services)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import Act, Svc, Who
+from gpupool.api.deps import Act, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
 from gpupool.control.errors import Invalid
 from gpupool.control.jobs import JobFilter
@@ -26,17 +26,32 @@ from gpupool.schemas.jobs import (
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201, response_model=SubmitJobResponse)
-async def submit(
-    body: SubmitJobRequest,
-    svc: Svc,
-    act: Act,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> Response:
-    """Submit a job; with an idempotency key, a retry returns the first job (200)."""
-    key = body.idempotency_key or idempotency_key
+#: The ``Idempotency-Key`` header, documented here because the route reads it itself.
+IDEMPOTENCY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 200},
+    "description": "retry-safe submits: the same key returns the same job",
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SubmitJobResponse,
+    openapi_extra={"parameters": [IDEMPOTENCY_HEADER]},
+)
+async def submit(body: SubmitJobRequest, request: Request) -> Response:
+    """Submit a job; with an idempotency key, a retry returns the first job (200).
+
+    The hot route: it takes only the body and the request (see ``calling_actor``), checks on
+    the event loop, and writes through group commit."""
+    svc, act = await calling_actor(request)
+    key = body.idempotency_key or request.headers.get("idempotency-key")
+    if key is not None and len(key) > 200:
+        raise Invalid("the Idempotency-Key header is too long: use at most 200 characters")
     if body.workdir_upload is None:
-        # the hot path: checks on the event loop, the write through group commit
         job, created = await svc.jobs.submit_async(act, body.spec, key)
     else:
         job, created = await run_in_threadpool(
