@@ -101,7 +101,7 @@ class FragAwareConfig:
 
 def _tie_used(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
     """Allocated GPU milli of the node, then allocated CPU (both before this placement)."""
-    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    free = np.einsum("ij,ij->i", capacity.free_milli, capacity.usable)  # masked row sum
     used_gpu = capacity.gpu_count * MILLI_PER_GPU - free
     used_cpu = np.maximum(capacity.cpu_total - capacity.cpu_free, 0)
     key: FloatArray = used_gpu * 1e3 + np.minimum(used_cpu, 999_999) / 1e3
@@ -110,14 +110,14 @@ def _tie_used(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> Floa
 
 def _tie_bestfit(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
     """Least GPU milli left on the node after the placement."""
-    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    free = np.einsum("ij,ij->i", capacity.free_milli, capacity.usable)  # masked row sum
     key: FloatArray = (16 * MILLI_PER_GPU - (free - shape.total_milli)).astype(np.float64)
     return key
 
 
 def _tie_balanced(capacity: CapacityArrays, shape: Shape, delta: FloatArray) -> FloatArray:
     """Least GPU and CPU left, each over the largest node spec (the paper's BestFit measure)."""
-    free = np.where(capacity.usable, capacity.free_milli, 0).sum(axis=1)
+    free = np.einsum("ij,ij->i", capacity.free_milli, capacity.usable)  # masked row sum
     left = (free - shape.total_milli) / 8000.0 + (capacity.cpu_free - shape.cpu_milli) / 128_000.0
     key: FloatArray = (4.0 - left) * 1e7
     return key
