@@ -112,22 +112,38 @@ def _job(i: int, gpus: str = "0.25") -> dict[str, Any]:
     return {"spec": {"name": f"bench-{i}", "command": ["true"], "resources": {"gpus": gpus}}}
 
 
-async def submit_burst(server: Server, total: int, clients: int) -> dict[str, float]:
-    """``clients`` keep-alive connections send ``total`` submits (each with its own key)."""
+async def submit_burst(
+    server: Server, total: int, clients: int, rate: float = 0.0
+) -> dict[str, float]:
+    """``clients`` keep-alive connections send ``total`` submits (each with its own key).
+
+    ``rate`` 0: each client sends its next submit as soon as the last one is answered (the
+    most the server does). ``rate`` R: submit i is due at ``start + i / R`` and is sent by a
+    free client then (or as soon as one is free); its latency counts from when it was due,
+    so a server that falls behind is charged for the wait (no coordinated omission)."""
     latencies: list[float] = []
     retries: list[int] = []
     counter = iter(range(total))
     conns = [Connection("127.0.0.1", server.port, server.headers) for _ in range(clients)]
 
+    run = secrets.token_hex(3)  # keys differ between runs on one server
+
     def request(conn: Connection, i: int, key: bool = True) -> bytes:
         body = json.dumps(_job(i)).encode()
-        extra = f"Idempotency-Key: b{i}\r\n" if key else ""
+        extra = f"Idempotency-Key: b{run}-{i}\r\n" if key else ""
         return conn.head("POST", "/v1/jobs", body, extra) + body
+
+    start = 0.0
 
     async def worker(conn: Connection) -> None:
         for i in counter:
             raw = request(conn, i)
             t0 = time.perf_counter()
+            if rate > 0:
+                due = start + i / rate
+                if due > t0:
+                    await asyncio.sleep(due - t0)
+                t0 = due
             for attempt in range(5):  # the key makes a retry after a dropped connection safe
                 try:
                     status, payload = await conn.send(raw)
@@ -152,7 +168,7 @@ async def submit_burst(server: Server, total: int, clients: int) -> dict[str, fl
     for conn in conns:  # open the rest, so the timed part has every connection ready
         await conn.send(request(conn, -1, key=False))
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    t0 = time.perf_counter()
+    t0 = start = time.perf_counter()
     await asyncio.gather(*(worker(c) for c in conns))
     elapsed = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -162,6 +178,7 @@ async def submit_burst(server: Server, total: int, clients: int) -> dict[str, fl
     return {
         "submits": total,
         "clients": clients,
+        "offered_per_s": rate or None,
         "seconds": elapsed,
         "submits_per_s": total / elapsed,
         "p50_ms": percentile(latencies, 50) * 1000,
@@ -249,6 +266,10 @@ def run_store(store: str, args: argparse.Namespace) -> dict[str, Any]:
                         result["submit"] = asyncio.run(
                             submit_burst(server, args.submits, args.clients)
                         )
+                        if args.rate:
+                            result["submit_at_rate"] = asyncio.run(
+                                submit_burst(server, args.submits, args.clients, args.rate)
+                            )
                     else:
                         register_nodes(server, args.nodes)
                         result["assign"] = placement_latency(server, args.placements)
@@ -271,6 +292,12 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=DEFAULT_WORKERS, help="server workers for submits"
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=500.0,
+        help="also run the submits at this offered rate (submits/s over all clients; 0: don't)",
+    )
     parser.add_argument("--phases", default="submits,placement", help="which parts to run")
     parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -280,19 +307,24 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(
-        f"| store | submits/s ({args.clients} clients) | submit p50 ms | submit p99 ms | "
+        f"| store | submits/s ({args.clients} clients, {args.workers} workers) | p50 ms | "
+        f"p99 ms | at {args.rate:.0f}/s offered: p50 ms | p99 ms | "
         f"submit-to-assignment p50 ms | p99 ms ({args.nodes} nodes) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     nan = float("nan")
     for r in results:
-        s = r.get("submit", {})
-        a = r.get("assign", {})
-        print(
-            f"| {r['store']} | {s.get('submits_per_s', nan):.0f} | {s.get('p50_ms', nan):.1f} | "
-            f"{s.get('p99_ms', nan):.1f} | {a.get('p50_ms', nan):.0f} | "
-            f"{a.get('p99_ms', nan):.0f} |"
-        )
+        s, q, a = r.get("submit", {}), r.get("submit_at_rate", {}), r.get("assign", {})
+        cells = [
+            f"{s.get('submits_per_s', nan):.0f}",
+            f"{s.get('p50_ms', nan):.1f}",
+            f"{s.get('p99_ms', nan):.1f}",
+            f"{q.get('p50_ms', nan):.1f}",
+            f"{q.get('p99_ms', nan):.1f}",
+            f"{a.get('p50_ms', nan):.0f}",
+            f"{a.get('p99_ms', nan):.0f}",
+        ]
+        print(f"| {r['store']} | " + " | ".join(cells) + " |")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -50,6 +50,7 @@ class GroupCommit(Generic[T, R]):
         *,
         max_items: int = 64,
         max_wait_s: float = 0.001,
+        writers: int = 1,
         name: str = "group-commit",
     ) -> None:
         self._write = write
@@ -60,7 +61,8 @@ class GroupCommit(Generic[T, R]):
         self._queue: queue.SimpleQueue[
             tuple[T, asyncio.AbstractEventLoop, asyncio.Future[R]] | None
         ] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.writers = max(1, writers)
+        self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self.batches = 0  # batches written so far
         self.items = 0  # items written so far
@@ -74,13 +76,17 @@ class GroupCommit(Generic[T, R]):
         return await future
 
     def _ensure_started(self) -> None:
-        if self._thread is not None:
+        if self._threads:
             return
         with self._start_lock:
-            if self._thread is None:
-                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                thread.start()
-                self._thread = thread
+            if not self._threads:
+                threads = [
+                    threading.Thread(target=self._run, name=f"{self._name}-{n}", daemon=True)
+                    for n in range(self.writers)
+                ]
+                for thread in threads:
+                    thread.start()
+                self._threads = threads
 
     def _collect(
         self, first: tuple[T, asyncio.AbstractEventLoop, asyncio.Future[R]], last_size: int
@@ -129,10 +135,9 @@ class GroupCommit(Generic[T, R]):
                 return
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the writer after the items already queued (idempotent)."""
-        thread = self._thread
-        if thread is None:
-            return
-        self._queue.put(None)
-        thread.join(timeout_s)
-        self._thread = None
+        """Stop the writers after the items already queued (idempotent)."""
+        threads, self._threads = self._threads, []
+        for _ in threads:
+            self._queue.put(None)
+        for thread in threads:
+            thread.join(timeout_s)

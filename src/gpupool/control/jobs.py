@@ -38,6 +38,7 @@ from gpupool.store.mapping import event_from_row, job_from_row, job_values
 from gpupool.store.models import (
     AssignmentModel,
     AuditModel,
+    Base,
     JobEventModel,
     JobModel,
     SliceModel,
@@ -127,6 +128,13 @@ def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
     return out
 
 
+# Core INSERTs on the tables (not the ORM classes): SQLAlchemy caches their compiled form, and
+# executing them with a list of rows is one executemany (multi-row VALUES where the driver can).
+_INSERT_JOBS = insert(Base.metadata.tables[JobModel.__tablename__])
+_INSERT_EVENTS = insert(Base.metadata.tables[JobEventModel.__tablename__])
+_INSERT_AUDITS = insert(Base.metadata.tables[AuditModel.__tablename__])
+
+
 def new_job_id() -> str:
     return secrets.token_hex(6)
 
@@ -186,7 +194,10 @@ class JobService:
         pending = self.prepare(actor, data, idempotency_key)
         if self._batcher is None:
             self._batcher = GroupCommit(
-                self.write_submits, max_items=self.cp.settings.submit_batch, name="submits"
+                self.write_submits,
+                max_items=self.cp.settings.submit_batch,
+                writers=self.cp.settings.submit_writers,
+                name="submits",
             )
         return await self._batcher.submit(pending)
 
@@ -320,12 +331,12 @@ class JobService:
                 outcomes[n] = (job, True)
                 if mark is not None:
                     known[mark] = job  # the same key again in this batch: this job
-            # Plain multi-row INSERTs (no unit-of-work bookkeeping), jobs first since their
-            # events refer to them.
+            # Core multi-row INSERTs (no ORM bookkeeping), jobs first since their events
+            # refer to them.
             if jobs:
-                s.execute(insert(JobModel), jobs)
-                s.execute(insert(JobEventModel), events)
-                s.execute(insert(AuditModel), audits)
+                s.execute(_INSERT_JOBS, jobs)
+                s.execute(_INSERT_EVENTS, events)
+                s.execute(_INSERT_AUDITS, audits)
         return [o for o in outcomes if o is not None]
 
     # ------------------------------------------------------------------ read

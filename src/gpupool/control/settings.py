@@ -17,7 +17,8 @@
 - ``catalog_cache_s``: how long submits trust the cached tenant, pool and priority-class
   names and values (seconds; 0 = read them each time). Changes made by this process take
   effect at once; made by another, within this time.
-- ``submit_batch``: the most submits written in one transaction (group commit).
+- ``submit_batch``: the most submits written in one transaction (group commit);
+  ``submit_writers``: how many such transactions may be under way at once.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class ServerSettings:
     auth_cache_s: float = 5.0
     catalog_cache_s: float = 5.0
     submit_batch: int = 64
+    submit_writers: int = 2
     server_id: str = field(default_factory=_server_id)
 
     @property
