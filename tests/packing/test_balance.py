@@ -111,12 +111,26 @@ def test_pressure_is_the_constrained_share_of_the_free_capacity_each_model_would
 
 
 def test_a_replica_that_accepts_several_models_goes_to_the_least_wanted_one() -> None:
+    # Models A (8 GPUs), B (1 GPU), C (1 GPU). One arrival in 25 accepts only B: too rare for
+    # the fragmentation distribution, but 4 % of the demand on 10 free GPUs wants 40 % of B.
+    # A replica that accepts B or C scores the same on both; the pressure rule sends it to C.
     names = ("A", "B", "C")
-    capacity = cluster([[1000, 1000]] * 3, models=[0, 1, 2], model_names=names)
+    capacity = cluster([[1000] * 8, [1000], [1000]], models=[0, 1, 2], model_names=names)
     only_b = Shape(milli=1000, count=1, memory_mib=0, models=(False, True, False))
     b_or_c = Shape(milli=1000, count=1, memory_mib=0, models=(False, True, True))
-    policy = FragAwarePolicy(config=FragAwareConfig(prior_weight=0.001))
-    _learned(policy, [only_b, whole(1), b_or_c], 10)
-    choice = policy.place(capacity, b_or_c, capacity.feasible_nodes(b_or_c))
+    arrivals = [whole(1)] * 24 + [only_b]
+    ruled = FragAwarePolicy(config=FragAwareConfig(prior_weight=0.001))
+    plain = FragAwarePolicy(config=FragAwareConfig(prior_weight=0.001, pressure_multi=False))
+    for policy in (ruled, plain):
+        _learned(policy, arrivals, 1)
+    feasible = capacity.feasible_nodes(b_or_c)
+    demand = ModelDemand()
+    for pod in arrivals:
+        demand.observe(pod)
+    assert demand.levels(capacity, 4).tolist() == [0, 1, 0]
+    choice = ruled.place(capacity, b_or_c, feasible)
     assert choice is not None
     assert choice.node == 2
+    choice = plain.place(capacity, b_or_c, feasible)
+    assert choice is not None
+    assert choice.node == 1
