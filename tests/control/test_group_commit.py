@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -19,6 +20,7 @@ from gpupool.control.jobs import JobService
 from gpupool.control.pools import PoolService
 from gpupool.control.tenants import TenantService
 from gpupool.control.users import UserService
+from gpupool.domain.jobs import Job
 from gpupool.domain.pools import Pool
 from gpupool.domain.tenants import Tenant
 from gpupool.domain.users import Role
@@ -206,3 +208,32 @@ def test_the_cache_checks_expiry_and_does_not_keep_answers_older_than_a_clear() 
     cache.clear()
     cache.put("gp_b", who, expires_at=None, generation=started)
     assert cache.get("gp_b", clock.now()) is None
+
+
+def test_a_key_committed_by_another_server_during_the_batch_returns_that_job(
+    cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if cp.sqlite:
+        pytest.skip("SQLite writers queue on the write lock: the key query cannot go stale")
+    other = ControlPlane(cp.settings, clock=cp.clock)  # another server on the same store
+    theirs: list[Job] = []
+    real_get = cp.catalog.get
+
+    def get_after_a_race(*args: Any) -> Any:
+        if not theirs:  # after this batch read the keys, the other server commits key "k"
+            theirs.append(JobService(other).submit(ADMIN, SPEC, "k")[0])
+        return real_get(*args)
+
+    monkeypatch.setattr(cp.catalog, "get", get_after_a_race)
+    jobs = JobService(cp)
+    try:
+        outcomes = jobs.write_submits(
+            [jobs.prepare(ADMIN, SPEC, "k"), jobs.prepare(ADMIN, SPEC, None)]
+        )
+    finally:
+        other.close()
+    race, plain = outcomes
+    assert race == (theirs[0], False)
+    assert isinstance(plain, tuple)
+    assert plain[1] is True
+    assert _count(cp, JobModel) == 2
