@@ -12,6 +12,7 @@ import typer
 
 from gpupool import __version__
 from gpupool.cli.agent import run_agent
+from gpupool.cli.breakglass import admin_token
 from gpupool.cli.commands import install as install_client_commands
 from gpupool.cli.server import server
 from gpupool.cli.simulate import simulate_app
@@ -29,6 +30,7 @@ app = typer.Typer(
 app.add_typer(simulate_app, name="simulate")
 app.command(name="agent")(run_agent)
 app.command(name="server")(server)
+app.command(name="admin-token")(admin_token)
 install_client_commands(app)
 
 
