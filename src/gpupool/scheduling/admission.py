@@ -59,6 +59,9 @@ class Verdict:
         return self.standing is not Standing.REJECTED
 
 
+_IN_QUOTA = Verdict(Standing.IN_QUOTA)  # the common answer, shared (verdicts are frozen)
+
+
 class Ledger(Protocol):
     """Running use per tenant and pool within one cycle.
 
@@ -151,7 +154,7 @@ class QuotaLedger:
         pool = job.spec.pool
         quota = self._snapshot.quota(job.tenant, pool)
         if quota is None:
-            return Verdict(Standing.IN_QUOTA)
+            return _IN_QUOTA
         where = f"tenant {job.tenant} in pool {pool}"
         if quota.gpu_hour_budget is not None:
             used = self._snapshot.budget_used.get((job.tenant, pool), 0.0)
@@ -165,7 +168,7 @@ class QuotaLedger:
                     "the budget",
                 )
         if gpu_milli == 0 and gpu_memory_mib == 0:
-            return Verdict(Standing.IN_QUOTA)
+            return _IN_QUOTA
         milli, mem = self.use(job.tenant, pool)
         new_milli, new_mem = milli + gpu_milli, mem + gpu_memory_mib
         if quota.limit_milli is not None and new_milli > quota.limit_milli:
@@ -188,7 +191,7 @@ class QuotaLedger:
             not _memory_governed(quota) or new_mem <= quota.guaranteed_memory_mib
         )
         if within:
-            return Verdict(Standing.IN_QUOTA)
+            return _IN_QUOTA
         if not job.spec.preemptible:
             return Verdict(
                 Standing.REJECTED,
@@ -222,7 +225,7 @@ class QuotaAdmission:
 
 class _OpenLedger:
     def check(self, job: Job, gpu_milli: int, gpu_memory_mib: int) -> Verdict:
-        return Verdict(Standing.IN_QUOTA)
+        return _IN_QUOTA
 
     def commit(self, tenant: str, pool: str, gpu_milli: int, gpu_memory_mib: int) -> None:
         return None

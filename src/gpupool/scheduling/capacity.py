@@ -87,6 +87,8 @@ class ClusterCapacity:
     _held: dict[int, tuple[RunningReplica, tuple[Shape, Choice] | None, _Amounts | None]] = field(
         default_factory=dict
     )
+    # id(request) -> (request, its shape); the layout's memo when built from a layout.
+    _shapes: dict[int, tuple[ResourceRequest, Shape]] = field(default_factory=dict)
     _empty: CapacityArrays | None = None
     _models_cache: dict[tuple[str, ...], tuple[bool, ...] | None] = field(default_factory=dict)
 
@@ -144,6 +146,16 @@ class ClusterCapacity:
             host_memory_mib=request.host_memory_mib,
             models=self.models_mask(request.gpu_types) if request.device_count else None,
         )
+
+    def shape_for(self, request: ResourceRequest) -> Shape:
+        """:meth:`shape_of`, remembered per request object in the layout's memo (an entry is
+        used only for that very object, as in :meth:`held_by`)."""
+        entry = self._shapes.get(id(request))
+        if entry is not None and entry[0] is request:
+            return entry[1]
+        shape = self.shape_of(request)
+        self._shapes[id(request)] = (request, shape)
+        return shape
 
     def held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
         """What ``replica`` holds, as a shape and a choice (``None`` when its node is unknown).
@@ -231,9 +243,14 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         host_total=layout.host_total,
         layout=layout,
         _held=layout.held,
+        _shapes=layout.shapes,
     )
     if len(layout.held) > 2 * len(snapshot.running) + HELD_MEMO_SLACK:
         _prune_held(layout, snapshot.running)
+    if len(layout.shapes) > 2 * len(snapshot.pending) + HELD_MEMO_SLACK:
+        keep = {id(job.spec.resources) for job in snapshot.pending}
+        for key in [k for k in layout.shapes if k not in keep]:
+            layout.shapes.pop(key, None)
     if snapshot.running:
         _subtract_running(cap, snapshot.running, layout.width)
     return cap

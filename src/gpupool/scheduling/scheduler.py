@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -93,6 +94,9 @@ class _Pool:
     preempt_failed: set[tuple[Shape, int, int, str]] = field(default_factory=set)
     both: CapacityArrays | None = None  # live and shadow intersected (see _Cycle.target)
     both_of: CapacityArrays | None = None  # the shadow ``both`` was built from
+    # The reservation the gate closed behind and the answer every job then gets (shared:
+    # one message per pool and blocker, not one per waiting job).
+    closed: tuple[Reservation | None, PendingInfo] | None = None
 
 
 def _job_end(job: Job, now: float) -> float | None:
@@ -115,7 +119,6 @@ class _Cycle:
         self.preemption: PreemptionStage = make_preemption(config.preemption)
         self.backfill = make_backfill(config.backfill)
         self.pools: dict[str, _Pool] = {}
-        self.shapes: dict[object, Shape] = {}
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.pending: dict[str, PendingInfo] = {}
@@ -151,12 +154,7 @@ class _Cycle:
         return found
 
     def shape_of(self, job: Job) -> Shape:
-        request = job.spec.resources
-        found = self.shapes.get(request)
-        if found is None:
-            found = self.capacity.shape_of(request)
-            self.shapes[request] = found
-        return found
+        return self.capacity.shape_for(job.spec.resources)
 
     def wait(
         self, job: Job, reason: PendingReason, message: str, estimate: float | None = None
@@ -180,25 +178,41 @@ class _Cycle:
         return pool.timeline
 
     def observe(self) -> None:
-        """Show every policy the shapes it will see, in arrival order (running, then pending)."""
+        """Show every policy the shapes it will see, in arrival order (running, then pending).
+
+        Arrival order is start (running) or submit (pending) time, then job id; each policy
+        sees the shapes of its own pool in that order.
+        """
         seen: list[tuple[float, str, str, Shape]] = []
+        append = seen.append
+        held_by = self.capacity.held_by
         for job_id, replicas in self.snapshot.running_by_job.items():
             first = replicas[0]
             for r in replicas:
-                held = self.capacity.held_by(r)
+                held = held_by(r)
                 if held is not None:
-                    seen.append((first.start_time, job_id, first.pool, held[0]))
+                    append((first.start_time, job_id, first.pool, held[0]))
+        known = self.snapshot.pool_by_name
+        shape_for = self.capacity.shape_for
         for job in self.snapshot.pending:
-            if job.spec.pool in self.snapshot.pool_by_name:
-                for _ in range(job.spec.replicas):
-                    seen.append((job.submit_time, job.id, job.spec.pool, self.shape_of(job)))
-        seen.sort(key=lambda s: (s[0], s[1]))
-        policies: dict[str, PlacementPolicy] = {}
+            spec = job.spec
+            if spec.pool in known:
+                entry = (job.submit_time, job.id, spec.pool, shape_for(spec.resources))
+                if spec.replicas == 1:
+                    append(entry)
+                else:
+                    seen.extend([entry] * spec.replicas)
+        seen.sort(key=itemgetter(0, 1))
+        by_pool: dict[str, list[Shape]] = {}
         for _, _, pool_name, shape in seen:
-            policy = policies.get(pool_name)
-            if policy is None:
-                policy = policies[pool_name] = self.pool(pool_name).policy
-            policy.observe(shape)
+            shapes = by_pool.get(pool_name)
+            if shapes is None:
+                shapes = by_pool[pool_name] = []
+            shapes.append(shape)
+        for pool_name, shapes in by_pool.items():
+            observe = self.pool(pool_name).policy.observe
+            for shape in shapes:
+                observe(shape)
 
     # ----------------------------------------------------------------- the cycle
 
@@ -250,13 +264,15 @@ class _Cycle:
         gate = pool.backfill.gate(end)
         if not gate.open:
             blocker = pool.backfill.reservation
-            who = f" job {blocker.job_id}" if blocker is not None else " an earlier job"
-            self.wait(
-                job,
-                PendingReason.PRIORITY,
-                f"waits behind{who}, blocked higher in the queue of pool {pool.name} "
-                "(strict order: no backfill)",
-            )
+            closed = pool.closed
+            if closed is None or closed[0] is not blocker:
+                who = f" job {blocker.job_id}" if blocker is not None else " an earlier job"
+                message = (
+                    f"waits behind{who}, blocked higher in the queue of pool {pool.name} "
+                    "(strict order: no backfill)"
+                )
+                closed = pool.closed = (blocker, PendingInfo(PendingReason.PRIORITY, message))
+            self.pending[job.id] = closed[1]
             return
         target = self.target(pool, gate.shadow)
         placed = self.try_place(pool, target, shape, replicas, long=gate.shadow is not None)
