@@ -5,14 +5,17 @@ Usage::
     .venv/bin/python benchmarks/bench_api.py                 # SQLite and PostgreSQL, a table
     .venv/bin/python benchmarks/bench_api.py --json          # the same figures as JSON
     .venv/bin/python benchmarks/bench_api.py --stores sqlite --submits 2000 --nodes 1000
+    .venv/bin/python benchmarks/bench_api.py --stores postgres --phases submits   # no nodes
 
 What it measures, each against a real ``gpupool server`` process on a free port:
 
-1. **submits**: ``--clients`` concurrent clients (default 50) send ``--submits`` job submits
-   (each with an idempotency key) as fast as the server answers; reports submits per second
-   and per-request latency p50/p99 (milliseconds, client side, including HTTP). The server
-   runs with ``--no-schedule --workers N`` (``--workers``, default 2) here, so the figure is
-   the API and store path alone.
+1. **submits**: ``--clients`` keep-alive connections (default 50; the lean client of
+   ``rawhttp.py``) send ``--submits`` job submits (each with an idempotency key) as fast as
+   the server answers; reports submits per second and per-request latency p50/p90/p99/max
+   (milliseconds, client side, including HTTP). Then, with ``--rate R`` (default 500; 0 skips
+   it), the same number again at R submits/s offered, latency counted from when each submit
+   was due. The server runs with ``--no-schedule --workers N`` (``--workers``, default 1)
+   here, so the figures are the API and store path alone.
 2. **submit-to-assignment**: a server with the scheduling loop registers ``--nodes`` simulated
    nodes (4 GPUs each, registered through the agent API; no heartbeats are sent, the node
    timeout is set past the run), then ``--placements`` jobs are submitted one at a time and
