@@ -7,14 +7,20 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
+from gpupool.api.app import create_app
+from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.loop import SchedulingLoop
-from gpupool.store.models import AuditModel, JobModel
+from gpupool.control.settings import ServerSettings
+from gpupool.control.uploads import UploadService
+from gpupool.store.models import AuditModel, JobModel, UploadModel
 from tests.api.helpers import Api, make_api
 from tests.control.builders import register
 
@@ -48,8 +54,8 @@ def test_an_upload_is_stored_with_its_size_and_sha256_and_audited(
     body = answer.json()
     assert body["size"] == len(data)
     assert body["sha256"] == hashlib.sha256(data).hexdigest()
-    stored = cp.settings.home / "uploads" / f"{body['upload_id']}.tar.gz"
-    assert stored.read_bytes() == data
+    fetched = api.call(api.tokens["agent"], "GET", f"/v1/agent/uploads/{body['upload_id']}")
+    assert fetched.content == data
     with cp.read() as s:
         targets = list(
             s.scalars(select(AuditModel.target).where(AuditModel.action == "upload.create"))
@@ -64,7 +70,8 @@ def test_an_upload_over_the_limit_is_413_naming_the_limit(api: Api, cp: ControlP
     assert answer.headers["content-type"].startswith("application/problem+json")
     assert "limit of 1000 bytes" in answer.json()["detail"]
     assert "shrink the folder" in answer.json()["detail"]
-    assert not list((cp.settings.home / "uploads").glob("*.tar.gz"))
+    with cp.read() as s:
+        assert s.scalar(select(func.count()).select_from(UploadModel)) == 0
 
 
 def test_an_upload_that_is_not_gzip_is_refused(api: Api) -> None:
@@ -121,3 +128,47 @@ def test_only_agents_download_uploads(api: Api) -> None:
     assert got.status_code == 200
     assert got.content == data
     assert api.call(api.tokens["agent"], "GET", "/v1/agent/uploads/nope").status_code == 404
+
+
+def test_an_upload_taken_by_one_server_is_served_by_another(
+    api: Api, cp: ControlPlane, tmp_path: Path
+) -> None:
+    """Two server replicas on one store, each with its own home: the agent may ask either."""
+    data = _tgz({"train.py": b"print('hi')\n"})
+    upload_id = _upload(api, api.tokens["member"], data).json()["upload_id"]
+    other_settings = ServerSettings(
+        home=tmp_path / "other-home", database_url=cp.settings.database_url, schedule=False
+    )
+    other = ControlPlane(other_settings, clock=cp.clock)
+    try:
+        other.prepare()
+        other_api = Api(TestClient(create_app(control=other)), api.admin_token)
+        got = other_api.call(api.tokens["agent"], "GET", f"/v1/agent/uploads/{upload_id}")
+        assert got.status_code == 200, got.text
+        assert got.content == data
+    finally:
+        other.close()
+
+
+def test_old_uploads_no_unfinished_job_names_are_pruned(
+    api: Api, cp: ControlPlane, clock: ManualClock
+) -> None:
+    def upload() -> str:
+        answer = _upload(api, api.tokens["member"], _tgz({"a": b"1"}))
+        return str(answer.json()["upload_id"])
+
+    unused, for_pending = upload(), upload()
+    body = {
+        "spec": {"name": "w", "command": ["true"], "resources": {"gpus": "0.5"}},
+        "workdir_upload": for_pending,
+    }
+    assert api.call(api.tokens["member"], "POST", "/v1/jobs", body).status_code == 201
+    service = UploadService(cp)
+    clock.advance(service.retention_s - 1)
+    recent = upload()
+    assert service.prune() == []  # nothing is past the retention yet
+    clock.advance(2)
+    assert service.prune() == [unused]
+    with cp.read() as s:
+        left = set(s.scalars(select(UploadModel.id)))
+    assert left == {for_pending, recent}

@@ -18,9 +18,9 @@ __all__ = ["db_url", "pg_database"]
 
 def _admin_token(home: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_DATABASE_URL"}
+    command = [sys.executable, "-m", "gpupool.cli", "admin-token", "--home", str(home)]
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.cli", "admin-token", "--home", str(home)]
-        + ["--database-url", url, *args],
+        [*command, "--database-url", url, *args],
         capture_output=True,
         text=True,
         env=env,

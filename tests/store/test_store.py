@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select, text, update
+from sqlalchemy import inspect, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -46,16 +46,16 @@ def test_an_unknown_schema_version_is_refused_with_advice(cp: ControlPlane) -> N
         ensure_schema(cp.engine)
 
 
-def test_an_older_schema_is_refused_until_migrate(
-    cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import gpupool.store.schema as schema
-
-    monkeypatch.setattr(schema, "head_revision", lambda: "0002")
-    monkeypatch.setattr(schema, "migrate", lambda engine: "0002")
+def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
+    # The store as release 0001 left it: no uploads table.
+    with cp.engine.begin() as conn:
+        conn.execute(text("DROP TABLE uploads"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with pytest.raises(SchemaMismatch, match="gpupool server --migrate"):
-        schema.ensure_schema(cp.engine)
-    assert schema.ensure_schema(cp.engine, allow_migrate=True) == "0002"
+        ensure_schema(cp.engine)
+    assert "uploads" not in inspect(cp.engine).get_table_names()  # refused: nothing changed
+    assert ensure_schema(cp.engine, allow_migrate=True) == head_revision()
+    assert "uploads" in inspect(cp.engine).get_table_names()
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

@@ -80,13 +80,17 @@ def up(
 ) -> None:
     """Run the pool on this machine: API server, SQLite store, scheduling loop and local agent.
 
+    A store made by an older gpupool is migrated to this version's schema at start.
+
     Example: ``gpupool up --port 8470 --simulate 2xA100-80GB,2xT4``
     """
     from gpupool.cli.agent import start_local_agent
     from gpupool.cli.server import serve
     from gpupool.control.settings import ServerSettings
 
-    settings = ServerSettings.build(home, host=host, port=port)
+    # A standalone pool is one person's: its store follows gpupool's upgrades by itself
+    # (a cluster's `gpupool server` waits for --migrate).
+    settings = ServerSettings.build(home, host=host, port=port, migrate=True)
     typer.echo(f"gpupool {__version__}: dashboard http://{host}:{port}/, API docs at /docs")
     local = start_local_agent(settings, simulate)
     try:

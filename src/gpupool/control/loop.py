@@ -36,6 +36,7 @@ from gpupool.control.leader import Leadership, check_epoch
 from gpupool.control.nodes import NodeService
 from gpupool.control.orders import mark
 from gpupool.control.snapshot import build_snapshot
+from gpupool.control.uploads import UploadService
 from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
 from gpupool.scheduling.config import SchedulerConfig
@@ -50,6 +51,9 @@ from gpupool.store.models import (
 )
 
 log = logging.getLogger("gpupool.control.loop")
+
+#: How often the leader deletes uploads past their retention (see control/uploads.py).
+PRUNE_EVERY_S = 3600.0
 
 ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
 
@@ -114,6 +118,8 @@ class SchedulingLoop:
         self._schedule = schedule
         self.leadership = leadership or Leadership(cp)
         self.nodes = NodeService(cp)
+        self.uploads = UploadService(cp)
+        self._next_prune = 0.0
         self.priorities: dict[str, PriorityFactors] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -232,6 +238,11 @@ class SchedulingLoop:
         if not self.leadership.try_acquire():
             return None
         self.nodes.mark_silent_nodes_down()
+        if self.cp.now() >= self._next_prune:
+            gone = self.uploads.prune()
+            if gone:
+                log.info("deleted %d upload(s) past their retention", len(gone))
+            self._next_prune = self.cp.now() + PRUNE_EVERY_S
         return self.cycle()
 
     def _run(self) -> None:

@@ -12,6 +12,8 @@
 - ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
   are dropped beyond it).
 - ``upload_max_bytes``: the largest working-directory archive ``POST /v1/uploads`` accepts.
+- ``upload_retention_s``: uploads older than this that no unfinished job names are deleted
+  (checked hourly by the scheduling leader).
 - ``auth_cache_s``: how long a token's principal is kept in memory (seconds; 0 = not kept).
   Revocations made by this process take effect at once; made by another, within this time.
 - ``catalog_cache_s``: how long submits trust the cached tenant, pool and priority-class
@@ -51,6 +53,7 @@ class ServerSettings:
     migrate: bool = False
     log_keep_bytes: int = 8 * 1024 * 1024
     upload_max_bytes: int = 100 * 1024 * 1024
+    upload_retention_s: float = 7 * 24 * 3600.0
     preempt_exempt_s: float = 300.0
     auth_cache_s: float = 5.0
     catalog_cache_s: float = 5.0

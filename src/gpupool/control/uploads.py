@@ -8,29 +8,32 @@ Words:
 - **limit**: ``settings.upload_max_bytes`` (default 100 MiB), the most bytes one archive may
   have; a larger one is refused with 413 before it is stored.
 
-Files: ``<home>/uploads/<id>.tar.gz`` (the bytes, as sent) and ``<id>.json`` (tenant, user,
-size, sha256, time). The server does not unpack archives; the node agent does, safely (see
-:mod:`gpupool.agent.unpack`).
+- **retention**: ``settings.upload_retention_s`` (default 7 days); older uploads that no
+  unfinished job names are deleted by :meth:`UploadService.prune`.
+
+The bytes are kept in the store (table ``uploads``, committed before the answer), so any server
+replica can hand them to any node's agent and an acknowledged upload survives a crash. The server
+does not unpack archives; the node agent does, safely (see :mod:`gpupool.agent.unpack`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+
+from sqlalchemy import delete, select
 
 from gpupool.control import audit
 from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotFound, ServiceError
+from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
+from gpupool.store.models import JobModel, UploadModel
 
 _ID = re.compile(r"^[0-9a-f]{16,64}$")
 
@@ -67,61 +70,58 @@ def _not_found(upload_id: str) -> NotFound:
     )
 
 
+_UNFINISHED = tuple(state.value for state in JobState if not state.is_terminal)
+
+
+def _view(row: UploadModel) -> Upload:
+    return Upload(row.id, row.tenant, row.user, row.size, row.sha256, row.created_at)
+
+
 class UploadService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
-        self.root = cp.settings.home / "uploads"
         self.limit = cp.settings.upload_max_bytes
-
-    def _paths(self, upload_id: str) -> tuple[Path, Path]:
-        return self.root / f"{upload_id}.tar.gz", self.root / f"{upload_id}.json"
+        self.retention_s = cp.settings.upload_retention_s
 
     def create(self, actor: Actor, chunks: Iterable[bytes]) -> Upload:
         """Store an archive sent in ``chunks``; refuses (413) past the limit, keeping nothing."""
         principal = actor.principal
         require(principal, Permission.JOB_SUBMIT)
-        self.root.mkdir(parents=True, exist_ok=True)
-        upload_id = secrets.token_hex(16)
-        data_path, meta_path = self._paths(upload_id)
-        tmp = data_path.with_suffix(".part")
-        digest = hashlib.sha256()
-        size = 0
-        try:
-            with open(tmp, "wb") as f:
-                for chunk in chunks:
-                    size += len(chunk)
-                    if size > self.limit:
-                        raise TooLarge(too_large_message(self.limit))
-                    digest.update(chunk)
-                    f.write(chunk)
-            os.replace(tmp, data_path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        data = bytearray()
+        for chunk in chunks:
+            if len(data) + len(chunk) > self.limit:
+                raise TooLarge(too_large_message(self.limit))
+            data += chunk
         now = self.cp.now()
         up = Upload(
-            upload_id,
+            secrets.token_hex(16),
             principal.tenant or DEFAULT_TENANT,
             principal.user,
-            size,
-            digest.hexdigest(),
+            len(data),
+            hashlib.sha256(data).hexdigest(),
             now,
         )
-        meta_path.write_text(json.dumps(up.__dict__), encoding="utf-8")
         with self.cp.tx() as s:
-            audit.record(s, actor, "upload.create", now, target=upload_id)
+            s.add(
+                UploadModel(
+                    id=up.id,
+                    tenant=up.tenant,
+                    user=up.user,
+                    size=up.size,
+                    sha256=up.sha256,
+                    created_at=now,
+                    data=bytes(data),
+                )
+            )
+            audit.record(s, actor, "upload.create", now, target=up.id)
         return up
 
     def _meta(self, upload_id: str) -> Upload | None:
         if not _ID.match(upload_id):
             return None
-        data_path, meta_path = self._paths(upload_id)
-        try:
-            data: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not data_path.is_file():
-            return None
-        return Upload(**data)
+        with self.cp.read() as s:
+            row = s.get(UploadModel, upload_id)  # ``data`` is deferred: not read here
+            return _view(row) if row is not None else None
 
     def get(self, principal: Principal, upload_id: str) -> Upload:
         """The upload, if ``principal`` may see it (its tenant, or a cluster-wide role)."""
@@ -138,9 +138,27 @@ class UploadService:
             raise _not_found(upload_id)
         return up
 
-    def file_for_agent(self, principal: Principal, upload_id: str) -> Path:
-        """The archive's path, for node agents only."""
+    def data_for_agent(self, principal: Principal, upload_id: str) -> bytes:
+        """The archive's bytes, for node agents only."""
         require(principal, Permission.AGENT)
-        if self._meta(upload_id) is None:
+        if not _ID.match(upload_id):
             raise _not_found(upload_id)
-        return self._paths(upload_id)[0]
+        with self.cp.read() as s:
+            data = s.scalar(select(UploadModel.data).where(UploadModel.id == upload_id))
+        if data is None:
+            raise _not_found(upload_id)
+        return bytes(data)
+
+    def prune(self) -> list[str]:
+        """Delete uploads older than the retention that no unfinished job names; their ids."""
+        cutoff = self.cp.now() - self.retention_s
+        with self.cp.tx() as s:
+            old = set(s.scalars(select(UploadModel.id).where(UploadModel.created_at < cutoff)))
+            if not old:
+                return []
+            specs = s.scalars(select(JobModel.spec).where(JobModel.state.in_(_UNFINISHED)))
+            named = {spec.get("workdir_upload") for spec in specs}
+            gone = sorted(old - named)
+            if gone:
+                s.execute(delete(UploadModel).where(UploadModel.id.in_(gone)))
+        return gone

@@ -23,6 +23,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -312,3 +313,19 @@ class LeaderModel(Base):
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     holder: Mapped[str] = mapped_column(String(200), default="")
     since: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class UploadModel(Base):
+    """A working-directory archive (gzip'd tar) a client uploaded for its jobs. The bytes live in
+    the store so that every server replica can hand them to any node's agent; ``data`` is only
+    loaded when an agent fetches it."""
+
+    __tablename__ = "uploads"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)

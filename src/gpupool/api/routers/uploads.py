@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import Response
 
 from gpupool.api.deps import Act, Svc, Who
 from gpupool.control.errors import Invalid
@@ -46,8 +46,8 @@ async def create_upload(request: Request, svc: Svc, act: Act) -> UploadView:
     return UploadView(upload_id=up.id, size=up.size, sha256=up.sha256)
 
 
-@router.get("/v1/agent/uploads/{upload_id}", response_class=FileResponse)
-def download_upload(upload_id: str, svc: Svc, who: Who) -> FileResponse:
+@router.get("/v1/agent/uploads/{upload_id}", response_class=Response)
+def download_upload(upload_id: str, svc: Svc, who: Who) -> Response:
     """The archive's bytes, for node agents (role ``agent``) only."""
-    path = svc.uploads.file_for_agent(who, upload_id)
-    return FileResponse(path, media_type="application/gzip")
+    data = svc.uploads.data_for_agent(who, upload_id)
+    return Response(content=data, media_type="application/gzip")
