@@ -15,7 +15,7 @@ from gpupool.scheduling.placement.fragmentation import ShapeDistribution, shape_
 from gpupool.scheduling.placement.gpuclustering import GpuClusteringPolicy
 from gpupool.scheduling.placement.gpupacking import GpuPackingPolicy, gpupacking_scores
 from gpupool.scheduling.placement.random_policy import RandomPolicy
-from gpupool.scheduling.placement.registry import make_policy, policy_names
+from gpupool.scheduling.placement.registry import DEFAULT_POLICY, make_policy, policy_names
 from tests.packing.builders import cluster, cpu_only, share, whole
 
 
@@ -140,6 +140,11 @@ def test_fragaware_places_before_observing_anything() -> None:
     choice = FragAwarePolicy().place(capacity, pod, capacity.feasible_nodes(pod))
     assert choice is not None
     assert capacity.feasible_nodes(pod)[choice.node]
+
+
+def test_the_default_placement_is_fragaware() -> None:
+    assert DEFAULT_POLICY == "fragaware"
+    assert make_policy("default").name == "fragaware"
 
 
 def test_every_registered_packing_policy_is_built_by_name() -> None:

@@ -36,8 +36,9 @@ POLICIES: dict[str, PolicyFactory] = {
     "spread": Spread,
 }
 
-#: What a pool's ``placement: default`` means.
-DEFAULT_POLICY = "bestfit"
+#: What a pool's ``placement: default`` means: fragmentation-aware, CPU-balanced, learning the
+#: workload online (measured against FGD in docs/benchmarks.md, Packing).
+DEFAULT_POLICY = "fragaware"
 
 
 def policy_names() -> tuple[str, ...]:
