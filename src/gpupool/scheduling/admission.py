@@ -77,7 +77,10 @@ class Ledger(Protocol):
     def release(self, tenant: str, pool: str, gpu_milli: int, gpu_memory_mib: int) -> None: ...
 
     def is_borrowing(self, job_id: str) -> bool:
-        """For a running job: does it hold borrowed (reclaimable) capacity?"""
+        """For a running job: does it hold borrowed (reclaimable) capacity?
+
+        Decided when the ledger opens: :meth:`commit` and :meth:`release` do not change it.
+        """
         ...
 
 

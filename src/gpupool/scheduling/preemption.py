@@ -141,27 +141,45 @@ def preemptible_jobs(
     Built once per cycle; :func:`candidates_for` narrows it down for one job.
     """
     out: dict[str, list[Candidate]] = {}
+    exempt_s = config.preempt_exempt_s
+    held_by = capacity.held_by
     for job_id, replicas in running:
         first = replicas[0]
-        if not all(r.preemptible for r in replicas) or any(r.stopping for r in replicas):
+        if now - first.start_time < exempt_s:
             continue
-        if now - first.start_time < config.preempt_exempt_s:
-            continue
-        held = [found for r in replicas if (found := capacity.held_by(r)) is not None]
-        if not held:
-            continue
+        if len(replicas) == 1:  # the common case, without generator overhead
+            if not first.preemptible or first.preempted_for is not None:
+                continue
+            one = held_by(first)
+            if one is None:
+                continue
+            held: tuple[tuple[Shape, Choice], ...] = (one,)
+            priority = first.priority
+            work_lost = first.work_since_checkpoint(now)
+        else:
+            if not all(r.preemptible for r in replicas) or any(r.stopping for r in replicas):
+                continue
+            held = tuple(found for r in replicas if (found := held_by(r)) is not None)
+            if not held:
+                continue
+            priority = max(r.priority for r in replicas)
+            work_lost = max(r.work_since_checkpoint(now) for r in replicas)
         out.setdefault(first.pool, []).append(
             Candidate(
                 job_id=job_id,
                 tenant=first.tenant,
-                priority=max(r.priority for r in replicas),
+                priority=priority,
                 borrowing=job_id in borrowing,
-                work_lost_s=max(r.work_since_checkpoint(now) for r in replicas),
+                work_lost_s=work_lost,
                 start_time=first.start_time,
-                held=tuple(held),
+                held=held,
             )
         )
-    return {pool: tuple(sorted(c, key=lambda v: v.cost)) for pool, c in out.items()}
+    return {pool: tuple(sorted(c, key=_cost)) for pool, c in out.items()}
+
+
+def _cost(candidate: Candidate) -> tuple[int, int, float, float, str]:
+    return candidate.cost
 
 
 def victim_reason(

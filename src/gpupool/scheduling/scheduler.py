@@ -36,13 +36,12 @@ from gpupool.scheduling.decision import (
     PendingReason,
     Preemption,
     PreemptionReason,
-    PriorityFactors,
     ReplicaStart,
     Reservation,
     Start,
 )
 from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
-from gpupool.scheduling.ordering import make_ordering
+from gpupool.scheduling.ordering import Ranked, make_ordering
 from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
@@ -125,7 +124,6 @@ class _Cycle:
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors = 0
         self.victims: dict[str, tuple[Candidate, ...]] | None = None  # built on first need
-        self.borrowing = {j for j in snapshot.running_by_job if self.ledger.is_borrowing(j)}
         self.stopping_for: dict[str, list[float]] = {}
         for r in snapshot.running:
             if r.preempted_for is not None:
@@ -164,15 +162,17 @@ class _Cycle:
     def timeline(self, pool: _Pool) -> Timeline:
         if pool.timeline is None:
             releases: list[Release] = []
+            append, held_by = releases.append, self.capacity.held_by
+            taken, now = self.taken, self.now
             for job_id, replicas in self.snapshot.running_by_job.items():
-                if job_id in self.taken:
+                if job_id in taken:
                     continue
                 for r in replicas:
-                    held = self.capacity.held_by(r)
+                    held = held_by(r)
                     if held is None:
                         continue
-                    end = self.now + r.grace_period_s if r.stopping else r.expected_end
-                    releases.append(Release(end, held[0], held[1]))
+                    end = now + r.grace_period_s if r.preempted_for is not None else r.expected_end
+                    append(Release(end, held[0], held[1]))
             releases.extend(self.started)
             pool.timeline = Timeline(pool.live, releases, self.now)
         return pool.timeline
@@ -216,11 +216,13 @@ class _Cycle:
 
     # ----------------------------------------------------------------- the cycle
 
-    def run(self, ordering: tuple[tuple[Job, PriorityFactors], ...]) -> None:
+    def run(self, ordering: tuple[Ranked, ...]) -> None:
         self.observe()
         limit = self.config.max_jobs_per_cycle
-        for index, (job, _) in enumerate(ordering):
-            if job.id in self.running_ids:
+        running_ids = self.running_ids
+        for index, ranked in enumerate(ordering):
+            job = ranked.job
+            if job.id in running_ids:
                 continue  # already running (a stale queue entry): nothing to decide
             if limit is not None and index >= limit:
                 self.wait(
@@ -449,7 +451,8 @@ class _Cycle:
             self.victims = preemptible_jobs(
                 self.snapshot.running_by_job.items(),
                 capacity=self.capacity,
-                borrowing=self.borrowing,
+                # Who borrows is fixed when the ledger opens (commits do not change it).
+                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
                 now=self.now,
                 config=config,
             )
@@ -508,7 +511,7 @@ class _Cycle:
         )
         return True
 
-    def decision(self, ordering: tuple[tuple[Job, PriorityFactors], ...]) -> Decision:
+    def decision(self, ordering: tuple[Ranked, ...]) -> Decision:
         reservations: list[Reservation] = [
             p.backfill.reservation
             for _, p in sorted(self.pools.items())
@@ -519,8 +522,8 @@ class _Cycle:
             preemptions=tuple(self.preemptions),
             reservations=tuple(reservations),
             pending=self.pending,
-            priorities={job.id: factors for job, factors in ordering},
-            order=tuple(job.id for job, _ in ordering),
+            priorities={r.job.id: r.factors for r in ordering},
+            order=tuple(r.job.id for r in ordering),
         )
 
 
@@ -529,6 +532,5 @@ def schedule(snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -
     config = config or SchedulerConfig()
     cycle = _Cycle(snapshot, config)
     ranked = make_ordering(config.ordering).rank(snapshot, config, cycle.capacity)
-    ordering = tuple((r.job, r.factors) for r in ranked)
-    cycle.run(ordering)
-    return cycle.decision(ordering)
+    cycle.run(ranked)
+    return cycle.decision(ranked)
