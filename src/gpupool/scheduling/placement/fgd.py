@@ -50,6 +50,9 @@ from gpupool.scheduling.placement.fragmentation import (
 #: Delta of a candidate that is not possible (a GPU that cannot hold the share).
 IMPOSSIBLE = -np.inf
 
+#: From this many rows to evaluate at once, identical node states are evaluated once each.
+DEDUPE_ROWS = 64
+
 
 @runtime_checkable
 class TraceInformed(Protocol):
@@ -192,6 +195,30 @@ class FragScoreCache:
         return scores, entry.gpu
 
     def _evaluate(
+        self, capacity: CapacityArrays, shape: Shape, rows: IntArray, tight: bool
+    ) -> tuple[FloatArray, IntArray]:
+        if len(rows) < DEDUPE_ROWS:
+            return self._evaluate_rows(capacity, shape, rows, tight)
+        # Rows with the same free milli, usable and fitting slots, CPU and model get the same
+        # delta and GPU: evaluate each distinct state once (a fresh cluster has a few dozen).
+        state = np.concatenate(
+            [
+                capacity.free_milli[rows],
+                capacity.usable[rows],
+                capacity.slot_fits(shape)[rows],
+                capacity.cpu_free[rows, None],
+                capacity.node_model[rows, None],
+            ],
+            axis=1,
+        )
+        _, first, inverse = np.unique(state, axis=0, return_index=True, return_inverse=True)
+        if len(first) * 2 > len(rows):
+            return self._evaluate_rows(capacity, shape, rows, tight)
+        delta, gpu = self._evaluate_rows(capacity, shape, rows[first], tight)
+        inverse = inverse.reshape(-1)
+        return delta[inverse], gpu[inverse]
+
+    def _evaluate_rows(
         self, capacity: CapacityArrays, shape: Shape, rows: IntArray, tight: bool
     ) -> tuple[FloatArray, IntArray]:
         assert self.dist is not None
