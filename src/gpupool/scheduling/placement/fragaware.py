@@ -145,7 +145,7 @@ TIE_BREAKS = {
 
 
 class FragAwarePolicy:
-    """FGD scoring with an online, recency-weighted shape distribution and packing tie-breaks."""
+    """FGD scoring, online and recency-weighted, CPU-balanced, GPU-model aware, best-fit ties."""
 
     name: ClassVar[str] = "fragaware"
 
