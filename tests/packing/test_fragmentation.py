@@ -8,6 +8,7 @@ import pytest
 from gpupool.scheduling.placement.fragmentation import (
     ShapeDistribution,
     capacity_fragmentation,
+    node_fragmentation,
     shape_key,
 )
 from tests.packing.builders import cluster, cpu_only, share, whole
@@ -81,3 +82,27 @@ def test_candidate_states_broadcast_like_single_rows() -> None:
         for i in range(2)
     ]
     assert batch[0].tolist() == pytest.approx([float(s) for s in single])
+
+
+def test_fragmentation_of_a_row_does_not_depend_on_the_rows_scored_with_it() -> None:
+    rng = np.random.default_rng(5)
+    n, g = 300, 8
+    free = rng.choice([0, 190, 300, 530, 810, 1000], size=(n, g)).astype(np.int64)
+    usable = rng.random((n, g)) < 0.9
+    cpu = rng.integers(0, 96_000, size=n)
+    model = rng.integers(0, 3, size=n)
+    weights = {
+        (int(c), int(m), 1, None): float(w)
+        for c, m, w in zip(
+            rng.integers(1, 32, size=60) * 1000,
+            rng.integers(10, 1000, size=60),
+            rng.random(60),
+            strict=True,
+        )
+    }
+    dist = ShapeDistribution.from_weights(weights, num_models=3, coverage=1.0)
+    batch = node_fragmentation(free, usable, cpu, model, dist)
+    alone = [
+        float(node_fragmentation(free[i], usable[i], cpu[i], model[i], dist)) for i in range(n)
+    ]
+    assert batch.tolist() == alone  # bit for bit

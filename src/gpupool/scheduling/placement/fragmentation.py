@@ -146,7 +146,9 @@ def node_fragmentation(
     # Free milli below m's milli: all free milli minus that of the slots where m fits.
     small = total[..., None] - np.einsum("...mg,...g->...m", fits_slot, free, dtype=np.float64)
     frag = np.where(satisfied, small, total[..., None])
-    result: FloatArray = frag @ dist.prob
+    # einsum, not a matrix product: BLAS rounds a row differently with its place in the batch,
+    # and integer scores of nearly equal drops would then depend on which rows were scored together.
+    result: FloatArray = np.einsum("...m,m->...", frag, dist.prob)
     return result
 
 
