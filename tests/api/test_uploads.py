@@ -104,6 +104,8 @@ def test_a_submit_keeps_its_upload_and_the_assignment_carries_it(
     assert got.status_code == 200, got.text
     starts = got.json()["start"]
     assert [s["workdir_upload"] for s in starts] == [upload_id]
+    member = api.call(api.tokens["member"], "GET", "/v1/whoami").json()["user"]
+    assert [s["user"] for s in starts] == [member]  # agents with --run-as submitter use it
 
 
 def test_another_tenants_upload_is_not_found(api: Api) -> None:

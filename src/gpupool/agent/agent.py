@@ -39,6 +39,7 @@ from gpupool.agent.node import (
     wire_devices,
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
+from gpupool.agent.runas import AGENT, SUBMITTER, Account, NoAccount, account_for, hand_over
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, fetch_and_unpack
 from gpupool.agent.usage import newest_mtime, usage_by_replica
@@ -97,6 +98,7 @@ class AgentConfig:
     watchdog_grace_s: float = 30.0
     pressure_threshold: float = 0.95
     use_mps: bool = True
+    run_as: str = AGENT  # or SUBMITTER: jobs run as their users' Unix accounts (agent/runas.py)
 
 
 @dataclass
@@ -388,18 +390,23 @@ class Agent:
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
         unknown = [u for u in a.device_uuids if u not in self._device_memory]
+        account: Account | None = None
         try:
             if unknown:
                 raise IsolationUnavailable(
                     f"devices {', '.join(unknown)} are not on node {self.config.node}"
                 )
+            if self.config.run_as == SUBMITTER:
+                account = account_for(a.user, self.config.node)
             replica.isolation = resolve(a.isolation, ctx)
             workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            made_workdir = a.workdir is None
             if a.workdir_upload is not None:
                 # Each replica gets its own copy of the uploaded folder.
                 workdir = str(self.config.state_dir / "work" / a.job_id / a.assignment_id)
                 fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
+                made_workdir = True
             elif a.workdir is None:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
             if not Path(workdir).is_dir():
@@ -407,7 +414,13 @@ class Agent:
                     f"workdir {workdir} does not exist on node {self.config.node}: create it "
                     "there or submit without workdir"
                 )
-        except (IsolationUnavailable, UnsafeArchive, OSError) as exc:
+            if account is not None:
+                # Folders the agent made are the job's own; a workdir the job named is not
+                # touched (its account must already be allowed in).
+                hand_over(Path(checkpoint_dir), account)
+                if made_workdir:
+                    hand_over(Path(workdir), account)
+        except (IsolationUnavailable, UnsafeArchive, NoAccount, OSError) as exc:
             self.replicas[a.assignment_id] = replica
             self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
             return True
@@ -420,6 +433,8 @@ class Agent:
             base_env=os.environ,
         )
         argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
+        if account is not None:
+            env.update(account.env())
         spec = LaunchSpec(
             argv=argv,
             env=env,
@@ -428,6 +443,9 @@ class Agent:
             stop_signal=a.checkpoint_signal,
             grace_s=a.grace_period_s,
             log_cap_bytes=self.config.log_cap_bytes,
+            uid=account.uid if account is not None else None,
+            gid=account.gid if account is not None else None,
+            groups=list(account.groups) if account is not None else [],
         )
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"

@@ -54,7 +54,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What the supervisor runs. ``time_limit_s`` ``None`` means none; signals by name."""
+    """What the supervisor runs. ``time_limit_s`` ``None`` means none; signals by name;
+    ``uid``/``gid``/``groups`` set: the program runs as that account (see agent/runas.py)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -63,6 +64,9 @@ class LaunchSpec:
     stop_signal: str = "SIGTERM"
     grace_s: float = 30.0
     log_cap_bytes: int = 64 * 1024 * 1024
+    uid: int | None = None  # run as this account (``None``: the supervisor's own)
+    gid: int | None = None
+    groups: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

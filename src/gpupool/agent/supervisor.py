@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from gpupool.agent.jobdir import (
     BOOT_FAILED,
@@ -109,6 +109,9 @@ class Supervisor:
             return 0
         started_at = self.clock.now()
         try:
+            account: dict[str, Any] = {}
+            if spec.uid is not None:  # the job's own account; groups first, then gid, uid
+                account = {"user": spec.uid, "group": spec.gid, "extra_groups": spec.groups}
             proc = subprocess.Popen(
                 spec.argv,
                 cwd=spec.cwd,
@@ -118,6 +121,7 @@ class Supervisor:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                **account,
             )
         except OSError as exc:
             what = spec.argv[0] if spec.argv else "(empty command)"

@@ -80,11 +80,21 @@ def run_agent(  # noqa: PLR0917 - typer options
         None, help="where job checkpoint folders go (share it between nodes to move jobs)"
     ),
     log_cap: str = typer.Option("64MiB", help="size cap of each job's stdout and stderr log"),
+    run_as: str = typer.Option(
+        "agent",
+        help="whose Unix account jobs run as: 'agent' (this agent's) or 'submitter' (the "
+        "account named like the job's gpupool user; needs root)",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
 ) -> None:
-    """Run this machine's node agent: report its GPUs and run the jobs placed on them."""
+    """Run this machine's node agent: report its GPUs and run the jobs placed on them.
+
+    Example: ``gpupool agent --server http://head:8470 --token-file /etc/gpupool/agent-token
+    --run-as submitter``
+    """
     from gpupool.agent.agent import Agent, AgentConfig
     from gpupool.agent.node import default_node_name
+    from gpupool.agent.runas import check_mode
     from gpupool.agent.transport import AgentRejected, HttpTransport
     from gpupool.control.clock import SystemClock
     from gpupool.domain.units import mib_to_bytes, parse_memory
@@ -112,7 +122,13 @@ def run_agent(  # noqa: PLR0917 - typer options
         checkpoint_root=checkpoint_root,
         pool=pool,
         log_cap_bytes=cap,
+        run_as=run_as,
     )
+    try:
+        check_mode(run_as, [folder / "work", checkpoint_root or folder / "checkpoints"])
+    except GpupoolError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     agent = Agent(config, backend, HttpTransport(server, token), SystemClock())
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

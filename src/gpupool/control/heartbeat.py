@@ -216,6 +216,7 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
         epoch=epoch,
         job_id=job.id,
         job_name=job.name,
+        user=job.user,
         replica_rank=a.rank,
         command=list(spec["command"]),
         script=spec["script"],

@@ -184,6 +184,7 @@ class AssignmentSpec(WireModel):
     job_id: str
     job_name: str
     replica_rank: int
+    user: str = ""  # who submitted it: agents with --run-as submitter run it as that account
     command: list[str] = Field(default_factory=list)
     script: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
