@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import ClassVar, Protocol
 
 import numpy as np
 
 from gpupool.domain.errors import InvalidValue
+from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.decision import Reservation
 from gpupool.scheduling.fit import Placed, allocate_all, place_job, release_all
 from gpupool.scheduling.placement.base import (
@@ -63,38 +65,27 @@ class _Amounts:
     """
 
     def __init__(self, arrays: CapacityArrays, releases: list[Release]) -> None:
-        nodes: list[int] = []
-        cpu: list[int] = []
-        host: list[int] = []
-        rows: list[int] = []
-        cols: list[int] = []
-        milli: list[int] = []
-        mem: list[int] = []
-        offsets = [0]
-        for rel in releases:
-            shape, choice = rel.shape, rel.choice
-            node = choice.node
-            nodes.append(node)
-            cpu.append(shape.cpu_milli)
-            host.append(shape.host_memory_mib)
-            if choice.slots:
-                rows.extend([node] * len(choice.slots))
-                cols.extend(choice.slots)
-                milli.extend([shape.milli] * len(choice.slots))
-                if shape.memory_mib is not None:
-                    mem.extend([shape.memory_mib] * len(choice.slots))
-                else:
-                    need = arrays.memory_need(shape, node)
-                    mem.extend(int(need[s]) for s in choice.slots)
-            offsets.append(len(cols))
-        self.nodes = np.asarray(nodes, dtype=np.intp)
-        self.cpu = np.asarray(cpu, dtype=np.int64)
-        self.host = np.asarray(host, dtype=np.int64)
-        self.rows = np.asarray(rows, dtype=np.intp)
-        self.cols = np.asarray(cols, dtype=np.intp)
-        self.milli = np.asarray(milli, dtype=np.int64)
-        self.mem = np.asarray(mem, dtype=np.int64)
-        self.offsets = offsets
+        shapes = [r.shape for r in releases]
+        choices = [r.choice for r in releases]
+        counts = np.asarray([len(c.slots) for c in choices], dtype=np.intp)
+        self.nodes = np.asarray([c.node for c in choices], dtype=np.intp)
+        self.cpu = np.asarray([s.cpu_milli for s in shapes], dtype=np.int64)
+        self.host = np.asarray([s.host_memory_mib for s in shapes], dtype=np.int64)
+        self.rows = np.repeat(self.nodes, counts)
+        self.cols = np.fromiter(
+            chain.from_iterable(c.slots for c in choices), dtype=np.intp, count=int(counts.sum())
+        )
+        self.milli = np.repeat(np.asarray([s.milli for s in shapes], dtype=np.int64), counts)
+        fixed = [s.memory_mib for s in shapes]
+        if None in fixed:
+            # A proportional request takes its share of each slot's physical memory.
+            proportional = np.repeat(np.asarray([m is None for m in fixed]), counts)
+            need = arrays.physical_mem[self.rows, self.cols] * self.milli // MILLI_PER_GPU
+            given = np.repeat(np.asarray([m or 0 for m in fixed], dtype=np.int64), counts)
+            self.mem = np.where(proportional, need, given).astype(np.int64)
+        else:
+            self.mem = np.repeat(np.asarray(fixed, dtype=np.int64), counts)
+        self.offsets: list[int] = [0, *np.cumsum(counts).tolist()]
 
     def release(self, arrays: CapacityArrays, lo: int, hi: int) -> None:
         """Give back releases ``lo`` to ``hi`` (exclusive) on ``arrays``."""
