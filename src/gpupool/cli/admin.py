@@ -1,4 +1,5 @@
-"""Admin commands: ``pools``, ``tenants``, ``quota``, ``priority-classes``, ``users``, ``tokens``.
+"""Admin commands: ``pools``, ``tenants``, ``quota``, ``priority-classes``, ``users``, ``tokens``,
+``audit``.
 
 Each is a group with ``list`` (the default when no sub-command is given) and the changes the
 API allows. Amounts are typed as people write them (``--guaranteed 2``, ``--limit 0.5``,
@@ -17,6 +18,7 @@ from gpupool.cli.session import (
     ServerOpt,
     TokenOpt,
     emit,
+    fail,
     handle_errors,
     print_json,
     session,
@@ -394,6 +396,50 @@ def tokens_revoke(
         typer.echo(f"token {token_id} revoked")
 
 
+def audit(  # noqa: PLR0917 - typer options
+    since: Annotated[
+        str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
+    ] = "1d",
+    user: Annotated[
+        str | None, typer.Option("-u", "--user", help="only calls by this user")
+    ] = None,
+    action: Annotated[
+        str | None, typer.Option("-a", "--action", help="only this action or prefix: job, token")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option("--target", help="only calls on this object (job id, name)")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="at most this many rows (1-1000)")] = 100,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the audit log: every mutating call, who made it, when, from where, how it ended.
+
+    Admins and operators only. Newest first.
+
+    Examples:
+
+      gpupool audit -S 7d -u alice
+
+      gpupool audit -a token --json
+
+      gpupool audit --target 3f2a9c1d0b7e
+    """
+    with handle_errors():
+        window = parse_duration(since, field="--since")
+    if not 1 <= limit <= 1000:
+        raise fail(f"--limit {limit}: give a number from 1 to 1000")
+    with session(server, token) as gp:
+        now = SystemClock().now()
+        rows = gp.audit(since=now - window, user=user, action=action, target=target, limit=limit)
+        if json_out:
+            print_json(rows)
+            return
+        emit(render.audit_table(rows))
+
+
 def install(app: typer.Typer) -> None:
     for group in (pools_app, tenants_app, quota_app, classes_app, users_app, tokens_app):
         app.add_typer(group)
+    app.command(name="audit")(audit)

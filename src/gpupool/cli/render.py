@@ -19,6 +19,7 @@ from rich.text import Text
 from gpupool.client.telemetry import DeviceSample
 from gpupool.domain.units import format_cpus, format_duration, format_gpus, format_memory
 from gpupool.schemas.admin import (
+    AuditView,
     PoolView,
     PriorityClassView,
     TenantView,
@@ -178,6 +179,25 @@ def history_table(jobs: Sequence[JobView], now: float) -> Table:
             elapsed(j, now),
             gpu_slice(j),
             str(j.restart_count),
+        )
+    return t
+
+
+def audit_table(rows: Sequence[AuditView]) -> Table:
+    """``gpupool audit``: the audit log, newest first."""
+    columns = ("TIME", "USER", "ROLE", "ACTION", "TARGET", "CALL", "STATUS", "FROM")
+    t = table(*columns, right=("STATUS",))
+    for r in rows:
+        call = f"{r.method} {r.path}" if r.method else DASH
+        t.add_row(
+            when(r.time),
+            r.actor,
+            r.role,
+            r.action,
+            r.target or DASH,
+            call,
+            str(r.status),
+            r.remote or DASH,
         )
     return t
 

@@ -45,6 +45,7 @@ from gpupool.control.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
 from gpupool.domain.states import JobState
 from gpupool.schemas.admin import (
+    AuditView,
     IssuedTokenView,
     PoolView,
     PriorityClassView,
@@ -437,6 +438,28 @@ class Client:
             if value is not None:
                 params.append((key, value))
         return UsageReport.model_validate(self.request("GET", "/v1/usage", params=params).json())
+
+    def audit(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        user: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[AuditView]:
+        """The audit log, newest first (admins and operators); ``action`` is a prefix."""
+        return self._get_list(
+            AuditView,
+            "/v1/audit",
+            limit=limit,
+            since=since,
+            until=until,
+            user=user,
+            action=action,
+            target=target,
+        )
 
     # ------------------------------------------------------------------ admin
 

@@ -58,8 +58,27 @@ def record(
     session.add(AuditModel(**values(actor, action, now, **kw)))
 
 
-def recent(session: Session, limit: int = 100, since: float | None = None) -> list[AuditModel]:
+def recent(
+    session: Session,
+    limit: int = 100,
+    since: float | None = None,
+    *,
+    until: float | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    target: str | None = None,
+) -> list[AuditModel]:
+    """The newest ``limit`` rows, newest first, in ``[since, until)``; ``actor`` and ``target``
+    match exactly, ``action`` as a prefix (``job`` finds ``job.submit`` and ``job.cancel``)."""
     query = select(AuditModel).order_by(AuditModel.id.desc()).limit(limit)
     if since is not None:
         query = query.where(AuditModel.time >= since)
+    if until is not None:
+        query = query.where(AuditModel.time < until)
+    if actor is not None:
+        query = query.where(AuditModel.actor == actor)
+    if target is not None:
+        query = query.where(AuditModel.target == target)
+    if action is not None:
+        query = query.where(AuditModel.action.startswith(action, autoescape=True))
     return list(session.scalars(query))

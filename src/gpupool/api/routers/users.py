@@ -72,15 +72,21 @@ def revoke_token(token_id: str, svc: Svc, act: Act) -> None:
 
 
 @router.get("/v1/audit", response_model=list[AuditView])
-def audit_log(
+def audit_log(  # noqa: PLR0917 - one query parameter per argument
     svc: Svc,
     who: Who,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     since: float | None = None,
+    until: float | None = None,
+    user: Annotated[str | None, Query(max_length=64)] = None,
+    action: Annotated[str | None, Query(max_length=64)] = None,
+    target: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[AuditView]:
+    """Mutating calls, newest first: who (``user``), what (``action``, a prefix such as
+    ``job`` or ``token.create``), on what (``target``), in ``[since, until)`` (epoch seconds)."""
     require(who, Permission.AUDIT_READ)
-    with svc.cp.tx() as s:
-        rows = audit.recent(s, limit, since)
+    with svc.cp.read() as s:
+        rows = audit.recent(s, limit, since, until=until, actor=user, action=action, target=target)
         return [
             AuditView(
                 time=r.time,
