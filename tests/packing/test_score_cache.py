@@ -37,3 +37,20 @@ def test_identical_rows_evaluated_once_score_like_every_row_alone(
         (shared_delta, shared_gpu), (alone_delta, alone_gpu) = results
         assert np.array_equal(shared_delta, alone_delta)
         assert np.array_equal(shared_gpu, alone_gpu)
+
+
+def test_distinct_rows_agrees_with_numpy_unique_even_when_hashes_collide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+
+    from gpupool.scheduling.placement import fgd
+
+    rng = np.random.default_rng(7)
+    state = rng.integers(0, 3, size=(500, 12)) * 250
+    for weights in (fgd._ROW_WEIGHTS, np.zeros_like(fgd._ROW_WEIGHTS)):  # zeros: all collide
+        monkeypatch.setattr(fgd, "_ROW_WEIGHTS", weights)
+        first, inverse = fgd.distinct_rows(state)
+        _, expected_first, _ = np.unique(state, axis=0, return_index=True, return_inverse=True)
+        assert (state[first][inverse] == state).all()
+        assert sorted(first.tolist()) == sorted(expected_first.tolist())

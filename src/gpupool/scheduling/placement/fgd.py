@@ -52,6 +52,28 @@ IMPOSSIBLE = -np.inf
 
 #: From this many rows to evaluate at once, identical node states are evaluated once each.
 DEDUPE_ROWS = 64
+#: Odd 62-bit multipliers for :func:`distinct_rows` (fixed: same hashes every run).
+_ROW_WEIGHTS = np.random.default_rng(0x9E3779B9).integers(1, 2**62, size=256, dtype=np.int64) | 1
+
+
+def distinct_rows(state: IntArray) -> tuple[IntArray, IntArray]:
+    """``first`` (one row index per distinct row) and ``inverse`` (each row's entry in
+    ``first``), like ``np.unique(state, axis=0, return_index=True, return_inverse=True)``.
+
+    Rows are hashed to one int64 each (a weighted sum, wrapping) and the hashes deduplicated,
+    which is several times cheaper than ``np.unique`` over rows; the result is then checked
+    row by row, and a hash collision falls back to the exact ``np.unique``."""
+    rows = np.ascontiguousarray(state, dtype=np.int64)
+    if rows.shape[1] > len(_ROW_WEIGHTS):
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+    hashes = rows @ _ROW_WEIGHTS[: rows.shape[1]]
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not np.array_equal(rows[first][inverse], rows):
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    return first, inverse
 
 
 @runtime_checkable
@@ -211,11 +233,10 @@ class FragScoreCache:
             ],
             axis=1,
         )
-        _, first, inverse = np.unique(state, axis=0, return_index=True, return_inverse=True)
+        first, inverse = distinct_rows(state)
         if len(first) * 2 > len(rows):
             return self._evaluate_rows(capacity, shape, rows, tight)
         delta, gpu = self._evaluate_rows(capacity, shape, rows[first], tight)
-        inverse = inverse.reshape(-1)
         return delta[inverse], gpu[inverse]
 
     def _evaluate_rows(
