@@ -258,6 +258,7 @@ def test_a_pools_policy_is_shown_every_shape_in_arrival_order(monkeypatch):
 
     class Recorder(BestFit):
         name = "recorder"
+        learns = True  # BestFit itself does not learn: the scheduler would skip it
 
         def observe(self, shape: Shape) -> None:
             seen.append(shape)
@@ -277,6 +278,10 @@ def test_a_pools_policy_is_shown_every_shape_in_arrival_order(monkeypatch):
     )
     schedule(snap)
     assert [(s.milli, s.count) for s in seen] == [(1000, 1), (1000, 2), (1000, 2), (500, 1)]
+    seen.clear()
+    Recorder.learns = False
+    schedule(snap)
+    assert seen == []  # a policy that says it does not learn is shown nothing
 
 
 def test_each_pool_gets_its_own_reservation():

@@ -261,6 +261,11 @@ class EasyPool:
     strict: bool = False
     _blocked_seen: bool = field(default=False)
 
+    @property
+    def closes_all(self) -> bool:
+        """Strict order after a blocked job: no later job may start, whatever its end."""
+        return self.strict and self._blocked_seen
+
     def gate(self, end: float | None) -> Gate:
         if self.strict and self._blocked_seen:
             return CLOSED

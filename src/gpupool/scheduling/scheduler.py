@@ -181,8 +181,21 @@ class _Cycle:
         """Show every policy the shapes it will see, in arrival order (running, then pending).
 
         Arrival order is start (running) or submit (pending) time, then job id; each policy
-        sees the shapes of its own pool in that order.
+        sees the shapes of its own pool in that order. Policies that say they do not learn
+        (``learns = False``) are skipped, and when no pool's policy learns nothing is gathered.
         """
+        learns: dict[str, bool] = {}
+
+        def learning(pool_name: str) -> bool:
+            known = learns.get(pool_name)
+            if known is None:
+                known = learns[pool_name] = pool_name in self.snapshot.pool_by_name and bool(
+                    getattr(self.pool(pool_name).policy, "learns", True)
+                )
+            return known
+
+        if not any(learning(name) for name in self.snapshot.pool_by_name):
+            return
         seen: list[tuple[float, str, str, Shape]] = []
         append = seen.append
         held_by = self.capacity.held_by
@@ -190,13 +203,12 @@ class _Cycle:
             first = replicas[0]
             for r in replicas:
                 held = held_by(r)
-                if held is not None:
+                if held is not None and learning(first.pool):
                     append((first.start_time, job_id, first.pool, held[0]))
-        known = self.snapshot.pool_by_name
         shape_for = self.capacity.shape_for
         for job in self.snapshot.pending:
             spec = job.spec
-            if spec.pool in known:
+            if learning(spec.pool):
                 entry = (job.submit_time, job.id, spec.pool, shape_for(spec.resources))
                 if spec.replicas == 1:
                     append(entry)
@@ -254,6 +266,16 @@ class _Cycle:
             )
             return
         pool = self.pool(job.spec.pool)
+        closed = pool.closed
+        if (
+            closed is not None
+            and getattr(pool.backfill, "closes_all", False)
+            and getattr(self.ledger, "admits_all", False)
+        ):
+            # Strict order behind a blocked job, no quota to refuse it: the answer below would
+            # be this same shared reason, so give it without the shape, check and gate.
+            self.pending[job.id] = closed[1]
+            return
         shape = self.shape_of(job)
         replicas = job.spec.replicas
         explicit_mem = (shape.memory_mib or 0) * shape.count * replicas

@@ -28,14 +28,17 @@ from dataclasses import dataclass
 def max_min_shares(
     capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
 ) -> dict[str, float]:
-    """Weighted max-min fair shares of ``capacity`` (water-filling over ``demands``)."""
+    """Weighted max-min fair shares of ``capacity`` (water-filling over ``demands``).
+
+    Tenants are visited in name order, so the float sums (and the report) are the same in every
+    process, whatever its string hash seed."""
     shares = dict.fromkeys(demands, 0.0)
-    active = {n for n, d in demands.items() if d > 0}
+    active = sorted(n for n, d in demands.items() if d > 0)
     left = float(capacity)
     while active and left > 1e-9:
         total_w = sum(weights.get(n, 1.0) for n in active)
         per_w = left / total_w
-        capped = {n for n in active if demands[n] - shares[n] <= per_w * weights.get(n, 1.0)}
+        capped = [n for n in active if demands[n] - shares[n] <= per_w * weights.get(n, 1.0)]
         if not capped:
             for n in active:
                 shares[n] += per_w * weights.get(n, 1.0)
@@ -43,7 +46,8 @@ def max_min_shares(
         for n in capped:
             left -= demands[n] - shares[n]
             shares[n] = float(demands[n])
-        active -= capped
+        done = set(capped)
+        active = [n for n in active if n not in done]
     return shares
 
 

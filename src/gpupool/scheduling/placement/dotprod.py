@@ -45,6 +45,9 @@ class DotProdPolicy:
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self.options = options or PolicyOptions()
 
+    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
+    learns = False
+
     def observe(self, shape: Shape) -> None:
         return None
 

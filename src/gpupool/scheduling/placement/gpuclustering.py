@@ -52,6 +52,9 @@ class GpuClusteringPolicy:
         self._counts = np.zeros((0, 0), dtype=np.int64)  # [N, kinds] replicas of each kind
         self._pending: tuple[int, str, IntArray, int] | None = None
 
+    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
+    learns = False
+
     def observe(self, shape: Shape) -> None:
         return None
 

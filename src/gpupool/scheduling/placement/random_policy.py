@@ -29,6 +29,9 @@ class RandomPolicy:
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self._rng = np.random.default_rng((options or PolicyOptions()).seed)
 
+    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
+    learns = False
+
     def observe(self, shape: Shape) -> None:
         return None
 
