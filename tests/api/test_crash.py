@@ -12,11 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from gpupool.store.db import make_engine
-from gpupool.store.models import DeviceModel, JobModel, SliceModel
+from gpupool.store.models import JobModel
 from tests.api.server_proc import ServerProcess
+from tests.store.fixtures import device_load
 
 pytestmark = pytest.mark.slow
 
@@ -100,17 +101,7 @@ def test_acknowledged_jobs_survive_sigkill_exactly_once(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'home' / 'gpupool.db'}")
     with engine.connect() as conn:
         rows = conn.execute(select(JobModel.idempotency_key, JobModel.id)).all()
-        per_device = conn.execute(
-            select(
-                DeviceModel.uuid,
-                DeviceModel.memory_mib,
-                func.sum(SliceModel.milli),
-                func.sum(SliceModel.memory_mib),
-            )
-            .join(SliceModel, SliceModel.device_uuid == DeviceModel.uuid)
-            .where(SliceModel.active.is_(True))
-            .group_by(DeviceModel.uuid, DeviceModel.memory_mib)
-        ).all()
+        per_device = device_load(conn)
     engine.dispose()
     by_key: dict[str, list[str]] = {}
     for key, job_id in rows:

@@ -19,9 +19,9 @@ from gpupool.control.errors import Conflict
 from gpupool.control.jobs import JobService
 from gpupool.control.loop import SchedulingLoop
 from gpupool.control.settings import ServerSettings
-from gpupool.store.models import AssignmentModel, DeviceModel, SliceModel
+from gpupool.store.models import AssignmentModel, SliceModel
 from tests.control.builders import ADMIN, exited, heartbeat, register, running, submit
-from tests.store.fixtures import START
+from tests.store.fixtures import START, device_load
 
 ops = st.lists(
     st.one_of(
@@ -38,18 +38,7 @@ ops = st.lists(
 
 def _check(cp: ControlPlane) -> None:
     with cp.read() as s:
-        rows = s.execute(
-            select(
-                DeviceModel.uuid,
-                DeviceModel.memory_mib,
-                func.sum(SliceModel.milli),
-                func.sum(SliceModel.memory_mib),
-            )
-            .join(SliceModel, SliceModel.device_uuid == DeviceModel.uuid)
-            .where(SliceModel.active.is_(True))
-            .group_by(DeviceModel.uuid, DeviceModel.memory_mib)
-        ).all()
-        for uuid, memory, milli, mem in rows:
+        for uuid, memory, milli, mem in device_load(s):
             assert milli <= 1000, f"{uuid} holds {milli}m"
             assert mem <= memory, f"{uuid} holds {mem} MiB of {memory}"
         orphaned = s.scalar(

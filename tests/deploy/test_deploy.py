@@ -79,7 +79,7 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 
-def test_the_agent_unit_stops_only_the_agent_so_jobs_survive() -> None:
+def test_the_agent_unit_kills_only_the_agent_process_and_always_restarts_it() -> None:
     agent = _unit("gpupool-agent.service")
     assert agent["KillMode"] == ["process"]
     assert agent["Restart"] == ["always"]

@@ -15,15 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, func, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.settings import ServerSettings
 from gpupool.store.db import make_engine
-from gpupool.store.models import Base
+from gpupool.store.models import Base, DeviceModel, SliceModel
 from gpupool.store.schema import ensure_schema, head_revision
 
 PG_ADMIN_URL = os.environ.get(
@@ -103,3 +104,20 @@ def cp(db_url: str, tmp_path: Path, clock: ManualClock) -> Iterator[ControlPlane
         yield plane
     finally:
         plane.close()
+
+
+def device_load(db: Connection | Session) -> list[tuple[str, int, int, int]]:
+    """Each device holding active slices: ``(uuid, memory MiB, milli held, MiB held)``, for
+    the tests that check no device is ever over capacity."""
+    rows = db.execute(
+        select(
+            DeviceModel.uuid,
+            DeviceModel.memory_mib,
+            func.sum(SliceModel.milli),
+            func.sum(SliceModel.memory_mib),
+        )
+        .join(SliceModel, SliceModel.device_uuid == DeviceModel.uuid)
+        .where(SliceModel.active.is_(True))
+        .group_by(DeviceModel.uuid, DeviceModel.memory_mib)
+    ).all()
+    return [(str(u), int(m), int(milli), int(mem)) for u, m, milli, mem in rows]

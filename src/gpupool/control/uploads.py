@@ -87,11 +87,14 @@ class UploadService:
         """Store an archive sent in ``chunks``; refuses (413) past the limit, keeping nothing."""
         principal = actor.principal
         require(principal, Permission.JOB_SUBMIT)
-        data = bytearray()
+        parts: list[bytes] = []
+        size = 0
         for chunk in chunks:
-            if len(data) + len(chunk) > self.limit:
+            size += len(chunk)
+            if size > self.limit:
                 raise TooLarge(too_large_message(self.limit))
-            data += chunk
+            parts.append(chunk)
+        data = b"".join(parts)  # the one copy of the archive kept in memory
         now = self.cp.now()
         up = Upload(
             secrets.token_hex(16),
@@ -110,7 +113,7 @@ class UploadService:
                     size=up.size,
                     sha256=up.sha256,
                     created_at=now,
-                    data=bytes(data),
+                    data=data,
                 )
             )
             audit.record(s, actor, "upload.create", now, target=up.id)

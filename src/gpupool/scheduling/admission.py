@@ -70,6 +70,9 @@ class Ledger(Protocol):
     limit if it was before.
     """
 
+    #: ``True`` when :meth:`check` admits every job (a cycle may skip calling it).
+    admits_all: bool
+
     def check(self, job: Job, gpu_milli: int, gpu_memory_mib: int) -> Verdict: ...
 
     def commit(self, tenant: str, pool: str, gpu_milli: int, gpu_memory_mib: int) -> None: ...
@@ -99,6 +102,8 @@ def _memory_governed(quota: Quota) -> bool:
 
 class QuotaLedger:
     """The ``quota`` ledger (see the module docstring)."""
+
+    admits_all = False
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self._snapshot = snapshot
@@ -227,8 +232,7 @@ class QuotaAdmission:
 
 
 class _OpenLedger:
-    #: Every job is in quota: a cycle may skip the check (and the shape it needs).
-    admits_all = True
+    admits_all = True  # every job is in quota
 
     def check(self, job: Job, gpu_milli: int, gpu_memory_mib: int) -> Verdict:
         return _IN_QUOTA

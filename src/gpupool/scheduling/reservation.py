@@ -232,6 +232,11 @@ class PoolBackfill(Protocol):
 
     reservation: Reservation | None
 
+    @property
+    def closes_all(self) -> bool:
+        """True when :meth:`gate` is closed for every job from now on in this cycle."""
+        ...
+
     def gate(self, end: float | None) -> Gate:
         """May a job that is expected to end at ``end`` (``None`` = unknown) start now?"""
         ...
@@ -319,6 +324,7 @@ class Strict:
 @dataclass
 class GreedyPool:
     reservation: Reservation | None = None
+    closes_all: bool = False
 
     def gate(self, end: float | None) -> Gate:
         return OPEN

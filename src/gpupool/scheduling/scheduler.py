@@ -189,21 +189,22 @@ class _Cycle:
         def learning(pool_name: str) -> bool:
             known = learns.get(pool_name)
             if known is None:
-                known = learns[pool_name] = pool_name in self.snapshot.pool_by_name and bool(
-                    getattr(self.pool(pool_name).policy, "learns", True)
+                known = (
+                    pool_name in self.snapshot.pool_by_name and self.pool(pool_name).policy.learns
                 )
+                learns[pool_name] = known
             return known
 
-        if not any(learning(name) for name in self.snapshot.pool_by_name):
-            return
         seen: list[tuple[float, str, str, Shape]] = []
         append = seen.append
         held_by = self.capacity.held_by
         for job_id, replicas in self.snapshot.running_by_job.items():
             first = replicas[0]
+            if not learning(first.pool):
+                continue
             for r in replicas:
                 held = held_by(r)
-                if held is not None and learning(first.pool):
+                if held is not None:
                     append((first.start_time, job_id, first.pool, held[0]))
         shape_for = self.capacity.shape_for
         for job in self.snapshot.pending:
@@ -214,6 +215,8 @@ class _Cycle:
                     append(entry)
                 else:
                     seen.extend([entry] * spec.replicas)
+        if not seen:
+            return
         seen.sort(key=itemgetter(0, 1))
         by_pool: dict[str, list[Shape]] = {}
         for _, _, pool_name, shape in seen:
@@ -267,11 +270,7 @@ class _Cycle:
             return
         pool = self.pool(job.spec.pool)
         closed = pool.closed
-        if (
-            closed is not None
-            and getattr(pool.backfill, "closes_all", False)
-            and getattr(self.ledger, "admits_all", False)
-        ):
+        if closed is not None and pool.backfill.closes_all and self.ledger.admits_all:
             # Strict order behind a blocked job, no quota to refuse it: the answer below would
             # be this same shared reason, so give it without the shape, check and gate.
             self.pending[job.id] = closed[1]

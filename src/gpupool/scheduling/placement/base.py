@@ -249,6 +249,8 @@ class PlacementPolicy(Protocol):
     """
 
     name: ClassVar[str]
+    #: ``False`` when :meth:`observe` does nothing: the scheduler then gathers no arrivals.
+    learns: ClassVar[bool]
 
     def place(self, capacity: CapacityArrays, shape: Shape, feasible: BoolArray) -> Choice | None:
         """Pick a node in ``feasible`` and slots on it for ``shape``."""

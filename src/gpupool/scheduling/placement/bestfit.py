@@ -50,8 +50,7 @@ class BestFit:
         node = int(np.argmin(leftover_score(capacity, shape, feasible)))
         return Choice(node, best_fit_slots(capacity, shape, node))
 
-    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
-    learns = False
+    learns: ClassVar[bool] = False  # observe does nothing
 
     def observe(self, shape: Shape) -> None:
         return None

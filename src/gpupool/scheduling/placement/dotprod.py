@@ -45,8 +45,7 @@ class DotProdPolicy:
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self.options = options or PolicyOptions()
 
-    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
-    learns = False
+    learns: ClassVar[bool] = False  # observe does nothing
 
     def observe(self, shape: Shape) -> None:
         return None

@@ -289,6 +289,7 @@ class FGDPolicy:
     """The published FGD: integer paper scores, ties to the lowest node row."""
 
     name: ClassVar[str] = "fgd"
+    learns: ClassVar[bool] = True
 
     def __init__(
         self,

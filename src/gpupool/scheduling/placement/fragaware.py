@@ -148,6 +148,7 @@ class FragAwarePolicy:
     """FGD scoring, online and recency-weighted, CPU-balanced, GPU-model aware, best-fit ties."""
 
     name: ClassVar[str] = "fragaware"
+    learns: ClassVar[bool] = True
 
     def __init__(
         self, options: PolicyOptions | None = None, config: FragAwareConfig | None = None

@@ -52,8 +52,7 @@ class GpuClusteringPolicy:
         self._counts = np.zeros((0, 0), dtype=np.int64)  # [N, kinds] replicas of each kind
         self._pending: tuple[int, str, IntArray, int] | None = None
 
-    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
-    learns = False
+    learns: ClassVar[bool] = False  # observe does nothing
 
     def observe(self, shape: Shape) -> None:
         return None

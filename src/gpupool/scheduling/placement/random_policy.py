@@ -29,8 +29,7 @@ class RandomPolicy:
     def __init__(self, options: PolicyOptions | None = None) -> None:
         self._rng = np.random.default_rng((options or PolicyOptions()).seed)
 
-    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
-    learns = False
+    learns: ClassVar[bool] = False  # observe does nothing
 
     def observe(self, shape: Shape) -> None:
         return None

@@ -44,8 +44,7 @@ class Spread:
             return Choice(node, (int(idx[int(np.argmax(free))]),))
         return Choice(node, best_fit_slots(capacity, shape, node))
 
-    #: ``observe`` does nothing: the scheduler need not gather arrivals for this policy.
-    learns = False
+    learns: ClassVar[bool] = False  # observe does nothing
 
     def observe(self, shape: Shape) -> None:
         return None
