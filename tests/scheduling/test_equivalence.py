@@ -9,14 +9,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.jobs import Job
 from gpupool.scheduling.admission import QuotaLedger, _memory_governed
 from gpupool.scheduling.capacity import build_capacity
+from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.decision import Decision, PendingReason
 from gpupool.scheduling.placement.base import CapacityArrays, Choice, Shape
 from gpupool.scheduling.reservation import Release, Timeline
+from gpupool.scheduling.scheduler import _Cycle, schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot
+from tests.scheduling.builders import SnapshotBuilder
 from tests.scheduling.test_properties import SETTINGS, snapshots
 
 
@@ -120,3 +126,103 @@ def test_the_timeline_matches_releasing_one_by_one(snap: ClusterSnapshot, milli:
     assert found is not None
     assert found[0] == expected[0]
     assert _same(found[1], expected[1])
+
+
+def _plain_sweep(self: _Cycle, rest: tuple[Job, ...]) -> None:
+    """The definition: every job after the sealing one goes through ``consider`` in order."""
+    for job in rest:
+        if job.id not in self.running_ids:
+            self.consider(job)
+
+
+def _everything(d: Decision) -> tuple[object, ...]:
+    return (
+        d.starts,
+        d.preemptions,
+        d.reservations,
+        list(d.pending.items()),  # the order of the answers too
+        d.order,
+        [(k, d.priorities[k]) for k in d.priorities],
+    )
+
+
+@st.composite
+def blocked_queues(draw: st.DrawFn) -> ClusterSnapshot:
+    """Busy nodes and a queue behind them: jobs block and pools seal. Some queued jobs are
+    held, some wait out a delay, one may be a stale entry of a running job; two pools or one."""
+    now = 10_000.0
+    b = SnapshotBuilder(now=now)
+    pools = ["default", "p2"] if draw(st.booleans()) else ["default"]
+    for p in pools:
+        b.pool(p)
+    running: list[str] = []
+    for i in range(draw(st.integers(1, 3))):
+        gpus = draw(st.integers(1, 4))
+        b.node(f"n{i}", gpus=gpus, pool=draw(st.sampled_from(pools)))
+        for g in range(gpus):
+            if draw(st.integers(0, 5)) > 0:  # most devices busy
+                running.append(f"r{i}-{g}")
+                end = draw(st.sampled_from([None, now + 500, now + 2000]))
+                b.run(running[-1], node=f"n{i}", devices=[g], expected_end=end)
+    # One kind of exception per queue at most (none: the sweep answers it in one step).
+    odd = draw(st.sampled_from(["none", "held", "later", "stale", "all"]))
+    for j in range(draw(st.integers(2, 30))):
+        b.job(
+            f"j{j:02d}",
+            gpus=draw(st.sampled_from([0.25, 1, 2, 9])),
+            pool=draw(st.sampled_from([*pools, "default", "default"])),
+            priority=draw(st.sampled_from([100, 500, 900])),
+            submit=float(draw(st.integers(0, 50))),
+            eligible=now + 60 if odd in ("later", "all") and draw(st.integers(0, 3)) == 0 else None,
+            expected=draw(st.sampled_from([None, 300.0, 9000.0])),
+            held=odd in ("held", "all") and draw(st.integers(0, 5)) == 0,
+        )
+    snap = b.build()
+    if running and odd in ("stale", "all"):
+        stale = replace(snap.pending[0], id=draw(st.sampled_from(running)))
+        snap = replace(snap, pending=(*snap.pending, stale))
+    return snap
+
+
+@settings(SETTINGS, max_examples=300)
+@given(blocked_queues(), st.sampled_from(["fifo", "multifactor"]), st.sampled_from([None, 3, 8]))
+def test_a_sealed_queue_is_answered_as_if_each_job_were_considered(
+    snap: ClusterSnapshot, ordering: str, limit: int | None
+) -> None:
+    config = SchedulerConfig(
+        backfill="strict", admission="none", ordering=ordering, max_jobs_per_cycle=limit
+    )
+    fast = schedule(snap, config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_Cycle, "sweep", _plain_sweep)
+        plain = schedule(snap, config)
+    assert _everything(fast) == _everything(plain)
+
+
+def test_a_long_strict_queue_is_not_considered_job_by_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    b = SnapshotBuilder(now=10_000.0)
+    b.pool("default")
+    b.node("n0", gpus=1)
+    b.run("busy", node="n0", expected_end=12_000.0)
+    for i in range(200):
+        b.job(f"w{i:03d}", gpus=1, submit=float(i))
+    snap = b.build()
+    calls: list[str] = []
+    consider = _Cycle.consider
+
+    def counting(self: _Cycle, job: Job) -> None:
+        calls.append(job.id)
+        consider(self, job)
+
+    monkeypatch.setattr(_Cycle, "consider", counting)
+    d = schedule(snap, SchedulerConfig(backfill="strict", admission="none", ordering="fifo"))
+    # The first job is blocked (and reserved), the second finds the gate closed and seals the
+    # pool: the other 198 are answered together.
+    assert calls == ["w000", "w001"]
+    assert len(d.pending) == 200
+    assert d.pending["w000"].estimated_start == 12_000.0
+    shared = d.pending["w001"]
+    assert shared.reason is PendingReason.PRIORITY
+    assert "w000" in shared.message
+    assert all(d.pending[f"w{i:03d}"] is shared for i in range(1, 200))
+    assert list(d.pending) == [f"w{i:03d}" for i in range(200)]

@@ -23,7 +23,7 @@ import logging
 import secrets
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -120,7 +120,7 @@ class SchedulingLoop:
         self.nodes = NodeService(cp)
         self.uploads = UploadService(cp)
         self._next_prune = 0.0
-        self.priorities: dict[str, PriorityFactors] = {}
+        self.priorities: Mapping[str, PriorityFactors] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -141,7 +141,7 @@ class SchedulingLoop:
             return CycleResult(seconds=self.cp.clock.monotonic() - t0)
         decision = self.schedule(snapshot, self.config)
         result = self._commit(decision, versions, now)
-        self.priorities = dict(decision.priorities)
+        self.priorities = decision.priorities  # read-only, built for this cycle
         seconds = self.cp.clock.monotonic() - t0
         SCHEDULER_CYCLE_SECONDS.observe(seconds)
         return CycleResult(

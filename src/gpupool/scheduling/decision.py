@@ -22,7 +22,7 @@ Words:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -160,7 +160,36 @@ class PriorityFactors:
         return sum(w * v for w, v in zip(self.weights, self.values, strict=True))
 
 
+class NoFactors(Mapping[str, PriorityFactors]):
+    """An empty factor table for each of ``ids``, for orderings without factors (``fifo``).
+
+    Tables are made when looked up, so a cycle over a long queue builds none it is not asked for.
+    """
+
+    __slots__ = ("_ids", "_members")
+
+    def __init__(self, ids: tuple[str, ...]) -> None:
+        self._ids = ids
+        self._members: frozenset[str] | None = None
+
+    def __getitem__(self, job_id: str) -> PriorityFactors:
+        if self._members is None:
+            self._members = frozenset(self._ids)
+        if job_id not in self._members:
+            raise KeyError(job_id)
+        return PriorityFactors(job_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 def _frozen_map(mapping: Mapping[str, object]) -> Mapping[str, object]:
+    """A read-only view: read-only mappings are kept, anything else is copied first."""
+    if isinstance(mapping, MappingProxyType | NoFactors):
+        return mapping
     return MappingProxyType(dict(mapping))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
+from types import MappingProxyType
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -34,16 +35,22 @@ from gpupool.domain.jobs import Job
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.capacity import ClusterCapacity
 from gpupool.scheduling.config import SchedulerConfig, SizeDirection
-from gpupool.scheduling.decision import PriorityFactors
+from gpupool.scheduling.decision import NoFactors, PriorityFactors
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
 
 @dataclass(frozen=True)
-class Ranked:
-    """A pending job with its factor table, in the order the cycle considers it."""
+class Ordering:
+    """The pending jobs in the order the cycle considers them, with their factor tables.
 
-    job: Job
-    factors: PriorityFactors
+    ``ids`` are the jobs' ids in the same order; ``factors`` maps each id to its table. Kept as
+    parallel tuples and a mapping, not one object per job: a cycle over a queue of thousands
+    builds no wrapper per waiting job.
+    """
+
+    jobs: tuple[Job, ...]
+    ids: tuple[str, ...]
+    factors: Mapping[str, PriorityFactors]
 
 
 class OrderingStage(Protocol):
@@ -57,7 +64,7 @@ class OrderingStage(Protocol):
 
     def rank(
         self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
-    ) -> tuple[Ranked, ...]: ...
+    ) -> Ordering: ...
 
 
 _PRIORITY = "the job's priority over the highest priority class"
@@ -76,6 +83,7 @@ def _tie_key(job: Job) -> tuple[float, float, str]:
 
 
 _TIE_KEY = attrgetter("eligible_time", "submit_time", "id")  # _tie_key, without a Python call
+_ID = attrgetter("id")
 
 
 class _PoolFacts:
@@ -131,7 +139,7 @@ class MultiFactor:
 
     def rank(
         self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
-    ) -> tuple[Ranked, ...]:
+    ) -> Ordering:
         w = config.weights
         top = max(
             [
@@ -145,7 +153,7 @@ class MultiFactor:
         max_age = config.max_age_s
         weights = (w.priority, w.size, w.age, w.fairshare, w.efficiency)
         facts: dict[str, _PoolFacts] = {}
-        scored: list[tuple[float, Ranked]] = []
+        scored: list[tuple[float, Job, PriorityFactors]] = []
         for job in snapshot.pending:
             pool = job.spec.pool
             pf = facts.get(pool)
@@ -167,9 +175,12 @@ class MultiFactor:
                 job.id, values, _NAMES, weights, _SMALL_MEANINGS if small_first else _LARGE_MEANINGS
             )
             score = sum(wt * v for wt, v in zip(weights, values, strict=True))
-            scored.append((score, Ranked(job, table)))
-        scored.sort(key=lambda item: (-item[0], *_tie_key(item[1].job)))
-        return tuple(r for _, r in scored)
+            scored.append((score, job, table))
+        scored.sort(key=lambda item: (-item[0], *_tie_key(item[1])))
+        jobs = tuple([job for _, job, _ in scored])
+        return Ordering(
+            jobs, tuple(map(_ID, jobs)), MappingProxyType({t.job_id: t for _, _, t in scored})
+        )
 
 
 class Fifo:
@@ -179,9 +190,10 @@ class Fifo:
 
     def rank(
         self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
-    ) -> tuple[Ranked, ...]:
-        jobs = sorted(snapshot.pending, key=_TIE_KEY)
-        return tuple([Ranked(j, PriorityFactors(j.id, ())) for j in jobs])
+    ) -> Ordering:
+        jobs = tuple(sorted(snapshot.pending, key=_TIE_KEY))
+        ids = tuple(map(_ID, jobs))
+        return Ordering(jobs, ids, NoFactors(ids))
 
 
 #: name -> ordering stage.

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
+from types import MappingProxyType
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from gpupool.scheduling.decision import (
     Start,
 )
 from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
-from gpupool.scheduling.ordering import Ranked, make_ordering
+from gpupool.scheduling.ordering import Ordering, make_ordering
 from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
@@ -72,6 +73,7 @@ from gpupool.scheduling.reservation import (
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
 _ShapeKey = tuple[Shape, int]
+_ID = attrgetter("id")
 
 
 @dataclass
@@ -130,6 +132,10 @@ class _Cycle:
                 self.stopping_for.setdefault(r.preempted_for, []).append(r.grace_period_s)
         self.running_ids = set(snapshot.running_by_job)
         self.started: list[Release] = []  # what this cycle started, ending at its expected end
+        # Pools in strict order behind a blocked job with no quota to refuse anyone: every later
+        # job of theirs gets the pool's shared answer (see sweep).
+        self.sealed: set[str] = set()
+        self.newly_sealed = False
 
     # ----------------------------------------------------------------- helpers
 
@@ -184,23 +190,15 @@ class _Cycle:
         sees the shapes of its own pool in that order. Policies that say they do not learn
         (``learns = False``) are skipped, and when no pool's policy learns nothing is gathered.
         """
-        learns: dict[str, bool] = {}
-
-        def learning(pool_name: str) -> bool:
-            known = learns.get(pool_name)
-            if known is None:
-                known = (
-                    pool_name in self.snapshot.pool_by_name and self.pool(pool_name).policy.learns
-                )
-                learns[pool_name] = known
-            return known
-
+        learning = {name for name in self.snapshot.pool_by_name if self.pool(name).policy.learns}
+        if not learning:
+            return
         seen: list[tuple[float, str, str, Shape]] = []
         append = seen.append
         held_by = self.capacity.held_by
         for job_id, replicas in self.snapshot.running_by_job.items():
             first = replicas[0]
-            if not learning(first.pool):
+            if first.pool not in learning:
                 continue
             for r in replicas:
                 held = held_by(r)
@@ -209,7 +207,7 @@ class _Cycle:
         shape_for = self.capacity.shape_for
         for job in self.snapshot.pending:
             spec = job.spec
-            if learning(spec.pool):
+            if spec.pool in learning:
                 entry = (job.submit_time, job.id, spec.pool, shape_for(spec.resources))
                 if spec.replicas == 1:
                     append(entry)
@@ -231,22 +229,54 @@ class _Cycle:
 
     # ----------------------------------------------------------------- the cycle
 
-    def run(self, ordering: tuple[Ranked, ...]) -> None:
+    def run(self, ordering: Ordering) -> None:
         self.observe()
+        jobs = ordering.jobs
         limit = self.config.max_jobs_per_cycle
+        stop = len(jobs) if limit is None else min(limit, len(jobs))
         running_ids = self.running_ids
-        for index, ranked in enumerate(ordering):
-            job = ranked.job
+        index = 0
+        while index < stop:
+            job = jobs[index]
+            index += 1
             if job.id in running_ids:
                 continue  # already running (a stale queue entry): nothing to decide
-            if limit is not None and index >= limit:
-                self.wait(
-                    job,
-                    PendingReason.CYCLE_LIMIT,
-                    f"only the first {limit} jobs in the queue are considered per cycle",
-                )
-                continue
             self.consider(job)
+            if self.newly_sealed:
+                self.newly_sealed = False
+                self.sweep(jobs[index:stop])
+                break
+        if stop < len(jobs):
+            info = PendingInfo(
+                PendingReason.CYCLE_LIMIT,
+                f"only the first {limit} jobs in the queue are considered per cycle",
+            )
+            tail = [i for i in map(_ID, jobs[stop:]) if i not in running_ids]
+            self.pending.update(dict.fromkeys(tail, info))
+
+    def sweep(self, rest: tuple[Job, ...]) -> None:
+        """Decide ``rest``, the queue after a pool was sealed, without a call per waiting job.
+
+        A sealed pool's waiting jobs all get its shared answer (what :meth:`consider` would
+        give each of them). When every job left is such a job (one pool, none held, none
+        waiting out a delay, none already running: the usual long FIFO queue) they are answered
+        in one step; otherwise each goes through :meth:`consider` in order, as before.
+        """
+        sealed, now, running_ids = self.sealed, self.now, self.running_ids
+        if len(sealed) == 1:
+            (name,) = sealed
+            odd = any(
+                j.held or j.eligible_time > now or j.spec.pool != name or j.id in running_ids
+                for j in rest
+            )
+            if not odd:
+                closed = self.pools[name].closed
+                assert closed is not None
+                self.pending.update(dict.fromkeys(map(_ID, rest), closed[1]))
+                return
+        for job in rest:
+            if job.id not in running_ids:
+                self.consider(job)
 
     def consider(self, job: Job) -> None:
         if job.held:
@@ -295,6 +325,9 @@ class _Cycle:
                     "(strict order: no backfill)"
                 )
                 closed = pool.closed = (blocker, PendingInfo(PendingReason.PRIORITY, message))
+                if pool.backfill.closes_all and self.ledger.admits_all:
+                    self.sealed.add(pool.name)
+                    self.newly_sealed = True
             self.pending[job.id] = closed[1]
             return
         target = self.target(pool, gate.shadow)
@@ -532,7 +565,7 @@ class _Cycle:
         )
         return True
 
-    def decision(self, ordering: tuple[Ranked, ...]) -> Decision:
+    def decision(self, ordering: Ordering) -> Decision:
         reservations: list[Reservation] = [
             p.backfill.reservation
             for _, p in sorted(self.pools.items())
@@ -542,9 +575,9 @@ class _Cycle:
             starts=tuple(self.starts),
             preemptions=tuple(self.preemptions),
             reservations=tuple(reservations),
-            pending=self.pending,
-            priorities={r.job.id: r.factors for r in ordering},
-            order=tuple(r.job.id for r in ordering),
+            pending=MappingProxyType(self.pending),  # the cycle is over: nothing changes it
+            priorities=ordering.factors,
+            order=ordering.ids,
         )
 
 
