@@ -6,6 +6,7 @@ obvious way) and checks the scheduler's faster code against it on random snapsho
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -18,6 +19,7 @@ from gpupool.scheduling.admission import QuotaLedger, _memory_governed
 from gpupool.scheduling.capacity import build_capacity
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision, PendingReason
+from gpupool.scheduling.ordering import Fifo
 from gpupool.scheduling.placement.base import CapacityArrays, Choice, Shape
 from gpupool.scheduling.reservation import Release, Timeline
 from gpupool.scheduling.scheduler import _Cycle, schedule
@@ -226,3 +228,29 @@ def test_a_long_strict_queue_is_not_considered_job_by_job(monkeypatch: pytest.Mo
     assert "w000" in shared.message
     assert all(d.pending[f"w{i:03d}"] is shared for i in range(1, 200))
     assert list(d.pending) == [f"w{i:03d}" for i in range(200)]
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 5.0, 5.5, 9.0]), st.sampled_from([0.0, 1.0, 2.0])),
+        min_size=0,
+        max_size=25,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_fifo_orders_by_eligible_then_submit_time_then_id(
+    times: list[tuple[float, float]], rng: random.Random
+) -> None:
+    b = SnapshotBuilder(now=100.0)
+    b.pool("default")
+    b.node("n0", gpus=1)
+    names = [f"j{i:02d}" for i in range(len(times))]
+    rng.shuffle(names)  # ids not in queue order
+    for name, (eligible, submit) in zip(names, times, strict=True):
+        b.job(name, submit=submit, eligible=eligible)
+    snap = b.build()
+    ordering = Fifo().rank(snap, SchedulerConfig(ordering="fifo"), build_capacity(snap))
+    expected = sorted(snap.pending, key=lambda j: (j.eligible_time, j.submit_time, j.id))
+    assert list(ordering.jobs) == expected
+    assert ordering.ids == tuple(j.id for j in expected)

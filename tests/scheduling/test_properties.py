@@ -357,3 +357,13 @@ def test_builders_name_devices_by_node_and_index():
     (r,) = snap.running
     assert isinstance(r, RunningReplica)
     assert r.devices == ("n1-gpu1",)
+
+
+@SETTINGS
+@given(snapshots(), configs())
+def test_unfit_lists_exactly_the_jobs_whose_reason_says_they_fit_nowhere(
+    snap: ClusterSnapshot, config: SchedulerConfig
+) -> None:
+    d = schedule(snap, config)
+    never = (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE)
+    assert d.unfit == tuple(i for i, info in d.pending.items() if info.reason in never)

@@ -245,7 +245,7 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         _held=layout.held,
         _shapes=layout.shapes,
     )
-    if len(layout.held) > 2 * len(snapshot.running) + HELD_MEMO_SLACK:
+    if len(layout.held) + len(layout.releases) > 4 * len(snapshot.running) + 2 * HELD_MEMO_SLACK:
         _prune_held(layout, snapshot.running)
     if len(layout.shapes) > 2 * len(snapshot.pending) + HELD_MEMO_SLACK:
         keep = {id(job.spec.resources) for job in snapshot.pending}
@@ -259,8 +259,9 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
 def _prune_held(layout: CapacityLayout, running: Iterable[RunningReplica]) -> None:
     """Drop memo entries of replicas that no longer run (keeps the memo near the running set)."""
     keep = {id(r) for r in running}
-    for key in [k for k in layout.held if k not in keep]:
-        layout.held.pop(key, None)
+    for memo in (layout.held, layout.releases):
+        for key in [k for k in memo if k not in keep]:
+            memo.pop(key, None)
 
 
 def _subtract_running(cap: ClusterCapacity, running: Iterable[RunningReplica], width: int) -> None:

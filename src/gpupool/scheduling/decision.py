@@ -200,7 +200,9 @@ class Decision:
     ``order`` is every pending job id in the order the cycle considered them; ``pending`` has an
     entry for every pending job that was not started (a job the snapshot also lists as running
     is left out: the caller's queue is stale there); ``priorities`` the factor table of every
-    pending job.
+    pending job; ``unfit`` the pending jobs whose reason says they fit nowhere in their pool even
+    with nothing running (``TooLarge``, ``NoDeviceOfType``), in the order considered, so a caller
+    that refuses such jobs need not read every reason.
     """
 
     starts: tuple[Start, ...] = ()
@@ -209,6 +211,7 @@ class Decision:
     pending: Mapping[str, PendingInfo] = field(default_factory=dict)
     priorities: Mapping[str, PriorityFactors] = field(default_factory=dict)
     order: tuple[str, ...] = ()
+    unfit: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pending", _frozen_map(self.pending))

@@ -24,9 +24,9 @@ are the same object). So any change to a node, device or pool, such as a device 
 unhealthy, a node cordoned or a pool's overcommit changed, gives a different key and a freshly
 built layout; nothing has to be invalidated by hand. The least recently used entry is dropped
 when the cache is full. A layout also memoises, per running replica object, the slots it
-holds (``held``, pruned to about the running set), so a long-running replica is resolved once,
-and per resource request object its integer shape (``shapes``, pruned to about the queue), so a
-job that waits for many cycles is resolved once.
+holds (``held``) and its timeline entry (``releases``), both pruned to about the running set,
+so a long-running replica is resolved once, and per resource request object its integer shape
+(``shapes``, pruned to about the queue), so a job that waits for many cycles is resolved once.
 :func:`clear_layout_cache` empties it (tests, memory). The cache is a
 pure memo: a snapshot gives the same layout, and so the same decision, with or without it.
 """
@@ -87,6 +87,9 @@ class CapacityLayout:
     held: dict[int, Any] = field(default_factory=dict, compare=False)
     # id(resource request) -> (request, shape): ClusterCapacity.shape_for.
     shapes: dict[int, Any] = field(default_factory=dict, compare=False)
+    # id(running replica) -> (replica, release): the scheduler's timeline entries for replicas
+    # that are not stopping (their release depends only on the replica and this layout).
+    releases: dict[int, Any] = field(default_factory=dict, compare=False)
 
     @property
     def width(self) -> int:

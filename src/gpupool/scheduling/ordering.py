@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import islice
+from operator import attrgetter, eq
 from types import MappingProxyType
 from typing import ClassVar, Protocol
 
@@ -84,6 +85,7 @@ def _tie_key(job: Job) -> tuple[float, float, str]:
 
 _TIE_KEY = attrgetter("eligible_time", "submit_time", "id")  # _tie_key, without a Python call
 _ID = attrgetter("id")
+_ELIGIBLE = attrgetter("eligible_time")
 
 
 class _PoolFacts:
@@ -191,7 +193,13 @@ class Fifo:
     def rank(
         self, snapshot: ClusterSnapshot, config: SchedulerConfig, capacity: ClusterCapacity
     ) -> Ordering:
-        jobs = tuple(sorted(snapshot.pending, key=_TIE_KEY))
+        # Sort on eligible time alone (floats compare fast; queues arrive nearly in order);
+        # only where two jobs share an eligible time is the full key needed.
+        by_time = sorted(snapshot.pending, key=_ELIGIBLE)
+        times = list(map(_ELIGIBLE, by_time))
+        if any(map(eq, times, islice(times, 1, None))):
+            by_time.sort(key=_TIE_KEY)
+        jobs = tuple(by_time)
         ids = tuple(map(_ID, jobs))
         return Ordering(jobs, ids, NoFactors(ids))
 

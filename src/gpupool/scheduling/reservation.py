@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -49,11 +50,23 @@ _CHECKPOINTS = 16
 
 @dataclass(frozen=True)
 class Release:
-    """A running replica ending at ``time`` (``None`` = unknown) and what it frees."""
+    """A running replica ending at ``time`` (``None`` = unknown) and what it frees.
+
+    ``order`` is its place on a timeline: by time (unknown last), then node and slots.
+    """
 
     time: float | None
     shape: Shape
     choice: Choice
+    order: tuple[bool, float, int, tuple[int, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        t = self.time
+        order = (t is None, t or 0.0, self.choice.node, self.choice.slots)
+        object.__setattr__(self, "order", order)
+
+
+_ORDER = attrgetter("order")
 
 
 class _Amounts:
@@ -105,9 +118,7 @@ class Timeline:
 
     def __init__(self, live: CapacityArrays, releases: list[Release], now: float) -> None:
         self.now = now
-        self.releases = sorted(
-            releases, key=lambda r: (r.time is None, r.time or 0.0, r.choice.node, r.choice.slots)
-        )
+        self.releases = sorted(releases, key=_ORDER)
         self._amounts = _Amounts(live, self.releases)
         self._checkpoints: list[tuple[int, CapacityArrays]] = []
         work = live.copy()

@@ -74,6 +74,9 @@ from gpupool.scheduling.snapshot import ClusterSnapshot
 
 _ShapeKey = tuple[Shape, int]
 _ID = attrgetter("id")
+_HELD = attrgetter("held")
+_ELIGIBLE = attrgetter("eligible_time")
+_POOL = attrgetter("spec.pool")
 
 
 @dataclass
@@ -136,6 +139,7 @@ class _Cycle:
         # job of theirs gets the pool's shared answer (see sweep).
         self.sealed: set[str] = set()
         self.newly_sealed = False
+        self.unfit: list[str] = []  # pending jobs that fit nowhere in their pool, even empty
 
     # ----------------------------------------------------------------- helpers
 
@@ -170,15 +174,30 @@ class _Cycle:
             releases: list[Release] = []
             append, held_by = releases.append, self.capacity.held_by
             taken, now = self.taken, self.now
+            layout = self.capacity.layout
+            memo: dict[int, tuple[object, Release]] = {} if layout is None else layout.releases
+            get = memo.get
             for job_id, replicas in self.snapshot.running_by_job.items():
                 if job_id in taken:
                     continue
                 for r in replicas:
+                    stopping = r.preempted_for is not None
+                    if not stopping:
+                        # A replica's release, unless it is stopping, depends only on it and
+                        # the layout that owns the memo: built once per replica object.
+                        entry = get(id(r))
+                        if entry is not None and entry[0] is r:
+                            append(entry[1])
+                            continue
                     held = held_by(r)
                     if held is None:
                         continue
-                    end = now + r.grace_period_s if r.preempted_for is not None else r.expected_end
-                    append(Release(end, held[0], held[1]))
+                    release = Release(
+                        now + r.grace_period_s if stopping else r.expected_end, held[0], held[1]
+                    )
+                    if not stopping:
+                        memo[id(r)] = (r, release)
+                    append(release)
             releases.extend(self.started)
             pool.timeline = Timeline(pool.live, releases, self.now)
         return pool.timeline
@@ -262,17 +281,19 @@ class _Cycle:
         waiting out a delay, none already running: the usual long FIFO queue) they are answered
         in one step; otherwise each goes through :meth:`consider` in order, as before.
         """
-        sealed, now, running_ids = self.sealed, self.now, self.running_ids
-        if len(sealed) == 1:
-            (name,) = sealed
-            odd = any(
-                j.held or j.eligible_time > now or j.spec.pool != name or j.id in running_ids
-                for j in rest
-            )
-            if not odd:
-                closed = self.pools[name].closed
+        sealed, running_ids = self.sealed, self.running_ids
+        if len(sealed) == 1 and rest:
+            # The checks of consider, each over the whole rest in one C-level pass.
+            ids = tuple(map(_ID, rest))
+            if (
+                not any(map(_HELD, rest))
+                and max(map(_ELIGIBLE, rest)) <= self.now
+                and set(map(_POOL, rest)) == sealed
+                and running_ids.isdisjoint(ids)
+            ):
+                closed = self.pools[next(iter(sealed))].closed
                 assert closed is not None
-                self.pending.update(dict.fromkeys(map(_ID, rest), closed[1]))
+                self.pending.update(dict.fromkeys(ids, closed[1]))
                 return
         for job in rest:
             if job.id not in running_ids:
@@ -458,6 +479,7 @@ class _Cycle:
         reason, message = found
         if reason in (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE):
             self.wait(job, reason, message)
+            self.unfit.append(job.id)
             return
         made = pool.backfill.blocked(
             Blocked(job.id, pool.name, shape, replicas, pool.nodes, pool.policy, self._tl(pool))
@@ -578,6 +600,7 @@ class _Cycle:
             pending=MappingProxyType(self.pending),  # the cycle is over: nothing changes it
             priorities=ordering.factors,
             order=ordering.ids,
+            unfit=tuple(self.unfit),
         )
 
 

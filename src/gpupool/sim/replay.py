@@ -35,7 +35,7 @@ from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.domain.transitions import should_requeue, transition
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.config import SchedulerConfig
-from gpupool.scheduling.decision import Decision, PendingReason, Start
+from gpupool.scheduling.decision import Decision, Start
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 from gpupool.sim.engine import Event, EventKind, EventQueue
 from gpupool.sim.jobstate import SimJob, last_checkpoint
@@ -48,9 +48,6 @@ __all__ = ["NodeFailure", "Replay", "ReplayOptions", "ReplayResult", "replay"]
 
 ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
 ProgressFn = Callable[[int, int], None]
-
-#: Reasons that mean "this job cannot ever run on this cluster": it is rejected on arrival.
-NEVER_FITS = frozenset({PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE})
 
 
 def _default_schedule() -> ScheduleFn:
@@ -375,8 +372,9 @@ class Replay:
         # as the cluster is then smaller than it will be.
         rejected = False
         if not self._down:
-            for job_id, info in decision.pending.items():
-                if info.reason in NEVER_FITS and job_id in self._pending:
+            for job_id in decision.unfit:
+                if job_id in self._pending:
+                    info = decision.pending[job_id]
                     sim = self._jobs[job_id]
                     self._dequeue(sim)
                     self._move(sim, JobState.CANCELLED, now, f"rejected: {info.message}")
