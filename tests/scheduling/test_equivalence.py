@@ -130,7 +130,7 @@ def test_the_timeline_matches_releasing_one_by_one(snap: ClusterSnapshot, milli:
     assert _same(found[1], expected[1])
 
 
-def _plain_sweep(self: _Cycle, rest: tuple[Job, ...]) -> None:
+def _plain_sweep(self: _Cycle, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
     """The definition: every job after the sealing one goes through ``consider`` in order."""
     for job in rest:
         if job.id not in self.running_ids:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import compress, count, islice
 from operator import attrgetter, eq
 from types import MappingProxyType
 from typing import ClassVar, Protocol
@@ -197,8 +197,16 @@ class Fifo:
         # only where two jobs share an eligible time is the full key needed.
         by_time = sorted(snapshot.pending, key=_ELIGIBLE)
         times = list(map(_ELIGIBLE, by_time))
-        if any(map(eq, times, islice(times, 1, None))):
-            by_time.sort(key=_TIE_KEY)
+        # i where jobs i and i + 1 share an eligible time; each run of them is one tie group.
+        ties = list(compress(count(), map(eq, times, islice(times, 1, None))))
+        k = 0
+        while k < len(ties):
+            first = end = ties[k]
+            while k + 1 < len(ties) and ties[k + 1] == end + 1:
+                k += 1
+                end += 1
+            by_time[first : end + 2] = sorted(by_time[first : end + 2], key=_TIE_KEY)
+            k += 1
         jobs = tuple(by_time)
         ids = tuple(map(_ID, jobs))
         return Ordering(jobs, ids, NoFactors(ids))

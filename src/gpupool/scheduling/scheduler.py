@@ -73,7 +73,6 @@ from gpupool.scheduling.reservation import (
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
 _ShapeKey = tuple[Shape, int]
-_ID = attrgetter("id")
 _HELD = attrgetter("held")
 _ELIGIBLE = attrgetter("eligible_time")
 _POOL = attrgetter("spec.pool")
@@ -263,18 +262,19 @@ class _Cycle:
             self.consider(job)
             if self.newly_sealed:
                 self.newly_sealed = False
-                self.sweep(jobs[index:stop])
+                self.sweep(jobs[index:stop], ordering.ids[index:stop])
                 break
         if stop < len(jobs):
             info = PendingInfo(
                 PendingReason.CYCLE_LIMIT,
                 f"only the first {limit} jobs in the queue are considered per cycle",
             )
-            tail = [i for i in map(_ID, jobs[stop:]) if i not in running_ids]
+            tail = [i for i in ordering.ids[stop:] if i not in running_ids]
             self.pending.update(dict.fromkeys(tail, info))
 
-    def sweep(self, rest: tuple[Job, ...]) -> None:
-        """Decide ``rest``, the queue after a pool was sealed, without a call per waiting job.
+    def sweep(self, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
+        """Decide ``rest`` (ids ``ids``), the queue after a pool was sealed, without a call per
+        waiting job.
 
         A sealed pool's waiting jobs all get its shared answer (what :meth:`consider` would
         give each of them). When every job left is such a job (one pool, none held, none
@@ -282,19 +282,19 @@ class _Cycle:
         in one step; otherwise each goes through :meth:`consider` in order, as before.
         """
         sealed, running_ids = self.sealed, self.running_ids
-        if len(sealed) == 1 and rest:
-            # The checks of consider, each over the whole rest in one C-level pass.
-            ids = tuple(map(_ID, rest))
-            if (
-                not any(map(_HELD, rest))
-                and max(map(_ELIGIBLE, rest)) <= self.now
-                and set(map(_POOL, rest)) == sealed
-                and running_ids.isdisjoint(ids)
-            ):
-                closed = self.pools[next(iter(sealed))].closed
-                assert closed is not None
-                self.pending.update(dict.fromkeys(ids, closed[1]))
-                return
+        # The checks of consider, each over the whole rest in one C-level pass.
+        if (
+            len(sealed) == 1
+            and rest
+            and not any(map(_HELD, rest))
+            and max(map(_ELIGIBLE, rest)) <= self.now
+            and set(map(_POOL, rest)) == sealed
+            and running_ids.isdisjoint(ids)
+        ):
+            closed = self.pools[next(iter(sealed))].closed
+            assert closed is not None
+            self.pending.update(dict.fromkeys(ids, closed[1]))
+            return
         for job in rest:
             if job.id not in running_ids:
                 self.consider(job)
