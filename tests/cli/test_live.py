@@ -123,6 +123,8 @@ def test_submit_from_job_file_with_option_override(
         (["submit", "-A", "nosuch", "--", "true"], 2, "tenant 'nosuch' does not exist"),
         (["show", "000000000000"], 3, "not found"),
         (["cancel", "000000000000"], 3, "not found"),
+        (["hold", "000000000000"], 3, "not found"),
+        (["requeue", "000000000000"], 3, "not found"),
         (["drain", "no-such-node"], 3, "no-such-node"),
         (["report", "--by", "colour"], 2, "--by 'colour' is not a grouping"),
         (["quota", "set", "default", "default", "--guaranteed", "1.5"], 2, "whole number"),
@@ -211,6 +213,53 @@ def test_queue_shows_reason_start_and_slice_then_cancel(pool_env: LocalPool, cli
     with client(pool_env) as gp:
         assert gp.wait(runs, timeout_s=60, poll_s=0.2).state == "CANCELLED"
         assert gp.get(stuck).state == "CANCELLED"
+
+
+def test_hold_release_and_requeue_like_scontrol(pool_env: LocalPool, cli: Cli) -> None:
+    stuck = cli(
+        "submit", "--parsable", "-J", "held-one", "-g", "2", "--gpu-type", "T4", "--", "true"
+    ).stdout.strip()
+    failing = cli("submit", "--parsable", "-g", "0.1", "--", "false").stdout.strip()
+    r = cli("hold", stuck)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == f"job {stuck} (held-one): PENDING, held"
+    with client(pool_env) as gp:
+        for _ in range(100):
+            if (gp.get(stuck).pending_reason or "").startswith("Held"):
+                break
+            gp.clock.sleep(0.1)
+        reason = gp.get(stuck).pending_reason
+        assert reason == f"Held: held until released (gpupool release {stuck})"
+        assert gp.wait(failing, timeout_s=60, poll_s=0.2).state == "FAILED"
+    pending = next(x for x in cli("queue").stdout.splitlines() if x.startswith(stuck))
+    assert "(JobHeld)" in pending
+    released = json.loads(cli("release", stuck, "--json").stdout)
+    assert [(j["id"], j["held"]) for j in released] == [(stuck, False)]
+    with client(pool_env) as gp:
+        for _ in range(100):
+            if not (gp.get(stuck).pending_reason or "Held").startswith("Held"):
+                break
+            gp.clock.sleep(0.1)
+        assert (gp.get(stuck).pending_reason or "").startswith("NoDeviceOfType")
+    # Only pending jobs can be held, only ended-unfinished ones requeued: exit 6, nothing changes.
+    r = cli("hold", failing)
+    assert r.exit_code == 6
+    assert "only pending jobs can be held" in one_line_error(r)
+    r = cli("requeue", stuck)
+    assert r.exit_code == 6
+    assert "only failed, preempted" in one_line_error(r)
+    r = cli("requeue", failing)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith(f"job {failing} (")
+    assert ": PENDING" in r.stdout
+    with client(pool_env) as gp:
+        states = [e.target for e in gp.events(failing)]
+        assert states.index("FAILED") < states.index("REQUEUED") < len(states) - 1
+        assert gp.wait(failing, timeout_s=60, poll_s=0.2).state == "FAILED"  # ran again
+    audit = json.loads(cli("audit", "--json", "-S", "1h").stdout)
+    actions = {(a["action"], a["target"]) for a in audit}
+    assert {("job.hold", stuck), ("job.release", stuck), ("job.requeue", failing)} <= actions
+    assert cli("cancel", stuck).exit_code == 0
 
 
 def test_top_renders_a_frame_from_the_live_pool(pool_env: LocalPool, cli: Cli) -> None:

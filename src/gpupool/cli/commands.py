@@ -1,6 +1,7 @@
 """Wires the client command groups into the ``gpupool`` app (one call from ``main.py``).
 
 Groups: :mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, cancel, history),
+:mod:`~gpupool.cli.jobctl` (hold, release, requeue),
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens), :mod:`~gpupool.cli.top`,
 :mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck` and :mod:`~gpupool.cli.login`.
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import admin, infra, jobs, login, precheck, report, top
+from gpupool.cli import admin, infra, jobctl, jobs, login, precheck, report, top
 
 
 def install(app: typer.Typer) -> None:
     """Add every client command to ``app``."""
     jobs.install(app)
+    jobctl.install(app)
     infra.install(app)
     admin.install(app)
     report.install(app)

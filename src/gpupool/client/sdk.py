@@ -303,6 +303,11 @@ class Client:
     def release(self, job_id: str) -> JobView:
         return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/release").json())
 
+    def requeue(self, job_id: str) -> JobView:
+        """Put a job that ended without finishing (failed, preempted, node or boot failure)
+        back in the queue; :class:`~gpupool.client.errors.ApiError` (409) for any other state."""
+        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/requeue").json())
+
     def events(self, job_id: str) -> builtins.list[JobEventView]:
         return self._get_list(JobEventView, f"/v1/jobs/{job_id}/events")
 

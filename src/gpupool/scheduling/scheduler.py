@@ -301,7 +301,7 @@ class _Cycle:
 
     def consider(self, job: Job) -> None:
         if job.held:
-            self.wait(job, PendingReason.HELD, "held: release it to let it start")
+            self.wait(job, PendingReason.HELD, f"held until released (gpupool release {job.id})")
             return
         if job.eligible_time > self.now:
             self.wait(

@@ -1,0 +1,96 @@
+"""Commands that change a job in the queue, like Slurm's ``scontrol hold | release | requeue``.
+
+- **hold**: a pending job stays in the queue but is not considered until released (reason
+  ``Held``); only pending jobs can be held.
+- **release**: the job is considered again from the next scheduling cycle.
+- **requeue**: a job that ended without finishing its work (failed, preempted, its node failed,
+  it could not boot) goes back to the queue as pending, keeping its id, spec and history.
+
+Each takes several job ids and changes them one by one, in the order given; the first job that
+cannot be changed stops the command with its error (exit 3 not found, 6 conflict), and the jobs
+before it stay changed (each change is its own audited call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, print_json, session
+from gpupool.client.sdk import Client
+from gpupool.schemas.jobs import JobView
+
+JobIds = Annotated[list[str], typer.Argument(help="job ids")]
+
+
+def _command(name: str, doc: str, action: Callable[[Client, str], JobView]) -> Callable[..., None]:
+    """A command that applies ``action`` to each job id in turn and prints what became of it."""
+
+    def command(
+        job_ids: JobIds,
+        server: ServerOpt = None,
+        token: TokenOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        with session(server, token) as gp:
+            done = []
+            for job_id in job_ids:
+                job = action(gp, job_id)
+                done.append(job)
+                if not json_out:
+                    held = ", held" if job.held else ""
+                    typer.echo(f"job {job.id} ({job.name}): {job.state}{held}")
+            if json_out:
+                print_json(done)
+
+    command.__name__ = name
+    command.__doc__ = doc
+    return command
+
+
+hold = _command(
+    "hold",
+    """Keep pending jobs from starting until they are released (like scontrol hold).
+
+    Examples:
+
+      gpupool hold 3f2a9c1d0b7e
+
+      gpupool hold 3f2a9c1d0b7e 9a8b7c6d5e4f --json
+
+    Only pending jobs can be held (exit 6 otherwise); gpupool queue shows them with reason JobHeld.
+    """,
+    Client.hold,
+)
+release = _command(
+    "release",
+    """Let held jobs start again (like scontrol release).
+
+    Examples:
+
+      gpupool release 3f2a9c1d0b7e
+
+    The job keeps its place: its queue order still counts from when it became eligible.
+    """,
+    Client.release,
+)
+requeue = _command(
+    "requeue",
+    """Put jobs that ended without finishing back in the queue (like scontrol requeue).
+
+    Examples:
+
+      gpupool requeue 3f2a9c1d0b7e
+
+    Failed, preempted, node-failed and boot-failed jobs can be requeued (exit 6 otherwise);
+    a running job is cancelled and resubmitted instead.
+    """,
+    Client.requeue,
+)
+
+
+def install(app: typer.Typer) -> None:
+    for command in (hold, release, requeue):
+        app.command(name=command.__name__)(command)
