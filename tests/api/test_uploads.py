@@ -174,3 +174,32 @@ def test_old_uploads_no_unfinished_job_names_are_pruned(
     with cp.read() as s:
         left = set(s.scalars(select(UploadModel.id)))
     assert left == {for_pending, recent}
+
+
+def test_a_job_submitted_held_waits_until_released_on_both_submit_paths(
+    api: Api, cp: ControlPlane
+) -> None:
+    # Without an upload the submit goes through group commit; with one, straight to the store.
+    upload_id = _upload(api, api.tokens["member"], _tgz({"a": b"1"})).json()["upload_id"]
+    spec = {"name": "w", "command": ["true"], "resources": {"gpus": "0.25"}}
+    ids = []
+    for extra in ({}, {"workdir_upload": upload_id}):
+        answer = api.call(
+            api.tokens["member"], "POST", "/v1/jobs", {"spec": spec, "hold": True, **extra}
+        )
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["job"]["held"] is True
+        ids.append(answer.json()["job"]["id"])
+    register(cp, "n1", gpus=1)
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    assert loop.cycle().started == ()
+    for job_id in ids:
+        view = api.call(api.tokens["member"], "GET", f"/v1/jobs/{job_id}").json()
+        assert view["state"] == "PENDING"
+        assert view["pending_reason"].startswith("Held")
+        events = api.call(api.tokens["member"], "GET", f"/v1/jobs/{job_id}/events").json()
+        assert [e["reason"] for e in events] == ["submitted held"]
+        released = api.call(api.tokens["member"], "POST", f"/v1/jobs/{job_id}/release")
+        assert released.status_code == 200, released.text
+    assert sorted(loop.cycle().started) == sorted(ids)

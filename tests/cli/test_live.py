@@ -256,6 +256,17 @@ def test_hold_release_and_requeue_like_scontrol(pool_env: LocalPool, cli: Cli) -
         states = [e.target for e in gp.events(failing)]
         assert states.index("FAILED") < states.index("REQUEUED") < len(states) - 1
         assert gp.wait(failing, timeout_s=60, poll_s=0.2).state == "FAILED"  # ran again
+    # sbatch --hold: a job that could run at once waits for its release.
+    later = cli("submit", "--parsable", "-H", "-g", "0.1", "--", "true").stdout.strip()
+    with client(pool_env) as gp:
+        for _ in range(100):
+            if (gp.get(later).pending_reason or "").startswith("Held"):
+                break
+            gp.clock.sleep(0.1)
+        assert gp.get(later).state == "PENDING"
+        assert gp.get(later).held is True
+        assert cli("release", later).exit_code == 0
+        assert gp.wait(later, timeout_s=60, poll_s=0.2).state == "COMPLETED"
     audit = json.loads(cli("audit", "--json", "-S", "1h").stdout)
     actions = {(a["action"], a["target"]) for a in audit}
     assert {("job.hold", stuck), ("job.release", stuck), ("job.requeue", failing)} <= actions

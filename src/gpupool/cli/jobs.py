@@ -195,6 +195,9 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     file: Annotated[
         Path | None, typer.Option("-f", "--file", help="job file; options override its keys")
     ] = None,
+    hold: Annotated[
+        bool, typer.Option("-H", "--hold", help="submit it held: it waits for gpupool release")
+    ] = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -213,7 +216,7 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
     with session(server, token) as gp:
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
-        job = gp.submit(spec, workdir_upload=upload)
+        job = gp.submit(spec, workdir_upload=upload, hold=params["hold"])
         if parsable:
             typer.echo(job.id)
         elif json_out and not follow:

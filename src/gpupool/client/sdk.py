@@ -221,6 +221,7 @@ class Client:
         idempotency_key: str | None = None,
         retries: int = 2,
         workdir_upload: str | None = None,
+        hold: bool = False,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
@@ -230,7 +231,8 @@ class Client:
         server cannot be reached or does not answer in time it is retried ``retries`` times
         with the same key: the server then returns the job the first attempt may have made,
         never a second one. ``workdir_upload`` is an id from :meth:`upload_workdir`: the job
-        runs in that folder, unpacked on its node.
+        runs in that folder, unpacked on its node. ``hold=True`` submits it held (like
+        ``sbatch --hold``): it waits until :meth:`release`.
         """
         body = merge_spec(spec or {}, options_to_spec(options))
         build_spec(body)
@@ -238,6 +240,8 @@ class Client:
         payload: dict[str, Any] = {"spec": body, "idempotency_key": key}
         if workdir_upload is not None:
             payload["workdir_upload"] = workdir_upload
+        if hold:
+            payload["hold"] = True
         for attempt in range(retries + 1):
             try:
                 response = self.request("POST", "/v1/jobs", json=payload)

@@ -152,6 +152,7 @@ class PendingSubmit:
     tenant: str
     key: str | None  # the idempotency key
     workdir_upload: str | None = None
+    held: bool = False  # submitted held: it waits until released
 
 
 #: What storing one submit came to: the job and whether it was created now, or the error.
@@ -171,13 +172,15 @@ class JobService:
         idempotency_key: str | None = None,
         *,
         workdir_upload: str | None = None,
+        held: bool = False,
     ) -> tuple[Job, bool]:
         """Validate and store a job; returns it and whether it was created now.
 
         ``workdir_upload`` names an upload of the job's tenant (see
         :mod:`gpupool.control.uploads`); it is kept in the job's stored spec and sent to the
-        agent, which unpacks it and runs the job there."""
-        pending = self.prepare(actor, data, idempotency_key)
+        agent, which unpacks it and runs the job there. ``held``: the job is stored held and
+        waits until released (an idempotent retry returns the first job as it is)."""
+        pending = replace(self.prepare(actor, data, idempotency_key), held=held)
         if workdir_upload is not None:
             UploadService(self.cp).check_for_job(actor.principal, workdir_upload, pending.tenant)
             pending = replace(pending, workdir_upload=workdir_upload)
@@ -187,11 +190,18 @@ class JobService:
         return outcome
 
     async def submit_async(
-        self, actor: Actor, data: Mapping[str, Any], idempotency_key: str | None = None
+        self,
+        actor: Actor,
+        data: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        *,
+        held: bool = False,
     ) -> tuple[Job, bool]:
         """:meth:`submit` (without an upload) through group commit: concurrent submits share
         one transaction; this returns after the commit. Call it from an event loop."""
         pending = self.prepare(actor, data, idempotency_key)
+        if held:
+            pending = replace(pending, held=True)
         if self._batcher is None:
             self._batcher = GroupCommit(
                 self.write_submits,
@@ -312,6 +322,7 @@ class JobService:
                     priority=priority,
                     submit_time=now,
                     eligible_time=now,
+                    held=item.held,
                 )
                 values = job_values(job, idempotency_key=item.key)
                 if item.workdir_upload is not None:
@@ -324,7 +335,7 @@ class JobService:
                         "source": JobState.PENDING.value,
                         "target": JobState.PENDING.value,
                         "version": job.version,
-                        "reason": "submitted",
+                        "reason": "submitted held" if item.held else "submitted",
                     }
                 )
                 audits.append(audit.values(item.actor, "job.submit", now, target=job.id))

@@ -27,6 +27,10 @@ class SubmitJobRequest(WireModel):
         max_length=64,
         description="an upload id from POST /v1/uploads: the job runs in that folder, unpacked",
     )
+    hold: bool = Field(
+        default=False,
+        description="submit it held (like sbatch --hold): it waits until POST .../release",
+    )
 
 
 class UploadView(WireModel):

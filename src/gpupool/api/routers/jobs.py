@@ -52,10 +52,10 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
     if key is not None and len(key) > 200:
         raise Invalid("the Idempotency-Key header is too long: use at most 200 characters")
     if body.workdir_upload is None:
-        job, created = await svc.jobs.submit_async(act, body.spec, key)
+        job, created = await svc.jobs.submit_async(act, body.spec, key, held=body.hold)
     else:
         job, created = await run_in_threadpool(
-            svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload
+            svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload, held=body.hold
         )
     view = SubmitJobResponse(job=job_view(job), created=created)
     # The view was validated when built: serialise it as it is (FastAPI would validate the
