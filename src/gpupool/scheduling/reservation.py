@@ -25,7 +25,7 @@ job with an unknown end to finish, or when it never fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -35,6 +35,7 @@ import numpy as np
 
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.scheduling.capacity import ClusterCapacity
 from gpupool.scheduling.decision import Reservation
 from gpupool.scheduling.fit import Placed, allocate_all, place_job, release_all
 from gpupool.scheduling.placement.base import (
@@ -44,6 +45,7 @@ from gpupool.scheduling.placement.base import (
     PlacementPolicy,
     Shape,
 )
+from gpupool.scheduling.snapshot import RunningReplica
 
 _CHECKPOINTS = 16
 
@@ -172,6 +174,44 @@ class Timeline:
     def estimate(self, fits: Callable[[CapacityArrays], bool]) -> float | None:
         found = self.earliest(fits)
         return None if found is None else found[0]
+
+
+def running_releases(
+    capacity: ClusterCapacity,
+    running_by_job: Mapping[str, tuple[RunningReplica, ...]],
+    taken: Set[str],
+    now: float,
+) -> list[Release]:
+    """A release for each running replica, except those of jobs in ``taken`` (victims chosen
+    this cycle) and those on nodes the capacity does not know.
+
+    A stopping replica (``preempted_for``) ends after its grace period from ``now``; any other at
+    its ``expected_end``. The latter depends only on the replica and the layout, so it is
+    memoised there per replica object (``layout.releases``, like the slots in ``held``).
+    """
+    releases: list[Release] = []
+    append, held_by = releases.append, capacity.held_by
+    layout = capacity.layout
+    memo: dict[int, tuple[object, Release]] = {} if layout is None else layout.releases
+    get = memo.get
+    for job_id, replicas in running_by_job.items():
+        if job_id in taken:
+            continue
+        for r in replicas:
+            stopping = r.preempted_for is not None
+            if not stopping:
+                entry = get(id(r))
+                if entry is not None and entry[0] is r:
+                    append(entry[1])
+                    continue
+            held = held_by(r)
+            if held is None:
+                continue
+            release = Release(now + r.grace_period_s if stopping else r.expected_end, *held)
+            if not stopping:
+                memo[id(r)] = (r, release)
+            append(release)
+    return releases
 
 
 def fits_check(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -42,6 +42,7 @@ from gpupool.scheduling.decision import (
     Start,
 )
 from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
+from gpupool.scheduling.learning import show_arrivals
 from gpupool.scheduling.ordering import Ordering, make_ordering
 from gpupool.scheduling.placement.base import (
     BoolArray,
@@ -69,6 +70,7 @@ from gpupool.scheduling.reservation import (
     fits_check,
     intersect,
     make_backfill,
+    running_releases,
 )
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
@@ -170,85 +172,20 @@ class _Cycle:
 
     def timeline(self, pool: _Pool) -> Timeline:
         if pool.timeline is None:
-            releases: list[Release] = []
-            append, held_by = releases.append, self.capacity.held_by
-            taken, now = self.taken, self.now
-            layout = self.capacity.layout
-            memo: dict[int, tuple[object, Release]] = {} if layout is None else layout.releases
-            get = memo.get
-            for job_id, replicas in self.snapshot.running_by_job.items():
-                if job_id in taken:
-                    continue
-                for r in replicas:
-                    stopping = r.preempted_for is not None
-                    if not stopping:
-                        # A replica's release, unless it is stopping, depends only on it and
-                        # the layout that owns the memo: built once per replica object.
-                        entry = get(id(r))
-                        if entry is not None and entry[0] is r:
-                            append(entry[1])
-                            continue
-                    held = held_by(r)
-                    if held is None:
-                        continue
-                    release = Release(
-                        now + r.grace_period_s if stopping else r.expected_end, held[0], held[1]
-                    )
-                    if not stopping:
-                        memo[id(r)] = (r, release)
-                    append(release)
+            releases = running_releases(
+                self.capacity, self.snapshot.running_by_job, self.taken, self.now
+            )
             releases.extend(self.started)
             pool.timeline = Timeline(pool.live, releases, self.now)
         return pool.timeline
 
-    def observe(self) -> None:
-        """Show every policy the shapes it will see, in arrival order (running, then pending).
-
-        Arrival order is start (running) or submit (pending) time, then job id; each policy
-        sees the shapes of its own pool in that order. Policies that say they do not learn
-        (``learns = False``) are skipped, and when no pool's policy learns nothing is gathered.
-        """
-        learning = {name for name in self.snapshot.pool_by_name if self.pool(name).policy.learns}
-        if not learning:
-            return
-        seen: list[tuple[float, str, str, Shape]] = []
-        append = seen.append
-        held_by = self.capacity.held_by
-        for job_id, replicas in self.snapshot.running_by_job.items():
-            first = replicas[0]
-            if first.pool not in learning:
-                continue
-            for r in replicas:
-                held = held_by(r)
-                if held is not None:
-                    append((first.start_time, job_id, first.pool, held[0]))
-        shape_for = self.capacity.shape_for
-        for job in self.snapshot.pending:
-            spec = job.spec
-            if spec.pool in learning:
-                entry = (job.submit_time, job.id, spec.pool, shape_for(spec.resources))
-                if spec.replicas == 1:
-                    append(entry)
-                else:
-                    seen.extend([entry] * spec.replicas)
-        if not seen:
-            return
-        seen.sort(key=itemgetter(0, 1))
-        by_pool: dict[str, list[Shape]] = {}
-        for _, _, pool_name, shape in seen:
-            shapes = by_pool.get(pool_name)
-            if shapes is None:
-                shapes = by_pool[pool_name] = []
-            shapes.append(shape)
-        for pool_name, shapes in by_pool.items():
-            observe = self.pool(pool_name).policy.observe
-            for shape in shapes:
-                observe(shape)
-
     # ----------------------------------------------------------------- the cycle
 
     def run(self, ordering: Ordering) -> None:
-        self.observe()
+        pools = [self.pool(name) for name in self.snapshot.pool_by_name]
+        show_arrivals(
+            self.snapshot, self.capacity, {p.name: p.policy for p in pools if p.policy.learns}
+        )
         jobs = ordering.jobs
         limit = self.config.max_jobs_per_cycle
         stop = len(jobs) if limit is None else min(limit, len(jobs))
