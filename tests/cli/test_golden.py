@@ -257,6 +257,8 @@ def test_admin_tables_layout() -> None:
             quotas=[
                 QuotaView(tenant="vision", pool="default", guaranteed_milli=2000, limit_milli=4000)
             ],
+            decayed_usage_milli_s=2000 * 3600 * 12.5,  # 2 GPUs for 12.5 h, decayed
+            fair_share_factor=0.629961,
         ),
         TenantView(name="nlp", fair_share=1.0, display_name=""),
     ]

@@ -17,7 +17,13 @@ from rich.table import Table
 from rich.text import Text
 
 from gpupool.client.telemetry import DeviceSample
-from gpupool.domain.units import format_cpus, format_duration, format_gpus, format_memory
+from gpupool.domain.units import (
+    MILLI_PER_GPU,
+    format_cpus,
+    format_duration,
+    format_gpus,
+    format_memory,
+)
 from gpupool.schemas.admin import (
     AuditView,
     PoolView,
@@ -414,18 +420,50 @@ def _limit(milli: int | None) -> str:
     return "none" if milli is None else format_gpus(milli)
 
 
+def _standing(ten: TenantView) -> tuple[str, str]:
+    """Decayed usage in GPU-hours and the fairshare factor (like sshare's RawUsage, FairShare)."""
+    usage = ten.decayed_usage_milli_s
+    factor = ten.fair_share_factor
+    return (
+        DASH if usage is None else f"{usage / MILLI_PER_GPU / 3600:.1f}",
+        DASH if factor is None else f"{factor:.3f}",
+    )
+
+
 def tenants_table(tenants: Sequence[TenantView]) -> Table:
-    t = table("TENANT", "DISPLAY NAME", "FAIR SHARE", "POOL", "GUARANTEED", "LIMIT", "MEM LIMIT")
+    t = table(
+        "TENANT",
+        "DISPLAY NAME",
+        "FAIR SHARE",
+        "USAGE GPU-H",
+        "FS FACTOR",
+        "POOL",
+        "GUARANTEED",
+        "LIMIT",
+        "MEM LIMIT",
+        right=("USAGE GPU-H", "FS FACTOR"),
+    )
     for ten in tenants:
+        usage, factor = _standing(ten)
         if not ten.quotas:
             t.add_row(
-                ten.name, ten.display_name or DASH, f"{ten.fair_share:g}", DASH, DASH, DASH, DASH
+                ten.name,
+                ten.display_name or DASH,
+                f"{ten.fair_share:g}",
+                usage,
+                factor,
+                DASH,
+                DASH,
+                DASH,
+                DASH,
             )
         for i, q in enumerate(ten.quotas):
             t.add_row(
                 ten.name if i == 0 else "",
                 (ten.display_name or DASH) if i == 0 else "",
                 f"{ten.fair_share:g}" if i == 0 else "",
+                usage if i == 0 else "",
+                factor if i == 0 else "",
                 q.pool,
                 format_gpus(q.guaranteed_milli),
                 _limit(q.limit_milli),
