@@ -10,8 +10,10 @@ from sqlalchemy import func, select
 
 from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
-from gpupool.store.models import AuditModel, TokenModel
+from gpupool.control.loop import SchedulingLoop
+from gpupool.store.models import AuditModel, JobModel, TokenModel
 from tests.api.helpers import Api, make_api
+from tests.control.builders import register
 
 
 @pytest.fixture
@@ -183,3 +185,49 @@ def test_the_event_stream_sends_job_changes_the_caller_may_see(api: Api, cp: Con
     assert all(m.startswith("event: job\ndata: ") for m in batch)
     again, _ = poll_events(cp, member, cursor)
     assert again == []
+
+
+def _actions(cp: ControlPlane, target: str) -> list[str]:
+    with cp.read() as s:
+        return [a.action for a in s.scalars(select(AuditModel).where(AuditModel.target == target))]
+
+
+def test_a_pending_job_is_updated_and_bad_updates_change_nothing(
+    api: Api, cp: ControlPlane
+) -> None:
+    member = api.tokens["member"]
+    job_id = api.submit(member, "upd", time_limit="2h")
+    path = f"/v1/jobs/{job_id}"
+    before = api.call(member, "GET", path).json()
+    for body, code, fragment in [
+        ({"gpus": 2}, 422, "gpus cannot be changed on a queued job"),
+        ({"time_limit": "soon"}, 422, "time_limit"),
+        ({"priority": "urgent"}, 422, "priority class 'urgent' does not exist"),
+        ({}, 422, "nothing to change"),
+    ]:
+        answer = api.call(member, "PATCH", path, body)
+        assert answer.status_code == code, answer.text
+        assert fragment in answer.json()["detail"]
+    assert api.call(member, "GET", path).json() == before
+    assert "job.update" not in _actions(cp, job_id)  # refused calls are audited, not as changes
+    answer = api.call(member, "PATCH", path, {"priority": "low", "time_limit": "4h", "name": "u2"})
+    assert answer.status_code == 200, answer.text
+    view = api.call(member, "GET", path).json()
+    assert (view["name"], view["priority_class"], view["time_limit_s"]) == ("u2", "low", 14400)
+    with cp.read() as s:
+        row = s.get(JobModel, job_id)
+        assert row is not None
+        assert row.priority == 100  # the low class's value, used by the scheduler's ordering
+    assert "job.update" in _actions(cp, job_id)
+    assert api.call(api.blue_member, "PATCH", path, {"name": "x"}).status_code == 404
+
+
+def test_a_started_job_cannot_be_updated(api: Api, cp: ControlPlane) -> None:
+    job_id = api.submit(api.tokens["member"], "runs")
+    register(cp, "n1", gpus=1)
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    assert loop.cycle().started == (job_id,)
+    answer = api.call(api.tokens["member"], "PATCH", f"/v1/jobs/{job_id}", {"time_limit": "1h"})
+    assert answer.status_code == 409
+    assert "only pending jobs can be updated" in answer.json()["detail"]

@@ -53,6 +53,13 @@ CASES = [
     Case("GET", "/v1/jobs/{job_id}/events", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("GET", "/v1/jobs/{job_id}/logs", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/cancel", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
+    Case(
+        "PATCH",
+        "/v1/jobs/{job_id}",
+        "ok ok ok ok 403 403",
+        "ok ok 404 404 404 403",
+        lambda t: {"time_limit": "2h"},
+    ),
     Case("POST", "/v1/jobs/{job_id}/hold", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/release", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/requeue", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),

@@ -19,6 +19,7 @@ CLIENT_COMMANDS = [
     "hold",
     "release",
     "requeue",
+    "update",
     "history",
     "nodes",
     "gpus",

@@ -241,6 +241,16 @@ def test_hold_release_and_requeue_like_scontrol(pool_env: LocalPool, cli: Cli) -
                 break
             gp.clock.sleep(0.1)
         assert (gp.get(stuck).pending_reason or "").startswith("NoDeviceOfType")
+    # scontrol update: a pending job's limits and class change; a bad value is exit 2.
+    r = cli("update", stuck, "-t", "4h", "-q", "low")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == f"job {stuck} (held-one): PENDING, priority low, time limit 04:00:00"
+    r = cli("update", stuck, "-t", "soon")
+    assert r.exit_code == 2
+    assert "time_limit" in one_line_error(r)
+    r = cli("update", failing, "-t", "1h")
+    assert r.exit_code == 6
+    assert "only pending jobs can be updated" in one_line_error(r)
     # Only pending jobs can be held, only ended-unfinished ones requeued: exit 6, nothing changes.
     r = cli("hold", failing)
     assert r.exit_code == 6
@@ -269,7 +279,12 @@ def test_hold_release_and_requeue_like_scontrol(pool_env: LocalPool, cli: Cli) -
         assert gp.wait(later, timeout_s=60, poll_s=0.2).state == "COMPLETED"
     audit = json.loads(cli("audit", "--json", "-S", "1h").stdout)
     actions = {(a["action"], a["target"]) for a in audit}
-    assert {("job.hold", stuck), ("job.release", stuck), ("job.requeue", failing)} <= actions
+    assert {
+        ("job.hold", stuck),
+        ("job.release", stuck),
+        ("job.update", stuck),
+        ("job.requeue", failing),
+    } <= actions
     assert cli("cancel", stuck).exit_code == 0
 
 

@@ -1,14 +1,17 @@
-"""Commands that change a job in the queue, like Slurm's ``scontrol hold | release | requeue``.
+"""Commands that change a job in the queue, like Slurm's ``scontrol hold | release | requeue |
+update``.
 
 - **hold**: a pending job stays in the queue but is not considered until released (reason
   ``Held``); only pending jobs can be held.
 - **release**: the job is considered again from the next scheduling cycle.
 - **requeue**: a job that ended without finishing its work (failed, preempted, its node failed,
   it could not boot) goes back to the queue as pending, keeping its id, spec and history.
+- **update**: a pending job's name, priority class, time limit, expected run time or
+  preemptibility change (see :mod:`gpupool.control.jobedit`).
 
-Each takes several job ids and changes them one by one, in the order given; the first job that
-cannot be changed stops the command with its error (exit 3 not found, 6 conflict), and the jobs
-before it stay changed (each change is its own audited call).
+hold, release and requeue take several job ids and change them one by one, in the order
+given; the first job that cannot be changed stops the command with its error (exit 3 not found,
+6 conflict), and the jobs before it stay changed (each change is its own audited call).
 """
 
 from __future__ import annotations
@@ -18,8 +21,19 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, print_json, session
+from gpupool.cli.session import (
+    ExpectedOpt,
+    JsonOpt,
+    PreemptibleOpt,
+    QosOpt,
+    ServerOpt,
+    TimeOpt,
+    TokenOpt,
+    print_json,
+    session,
+)
 from gpupool.client.sdk import Client
+from gpupool.domain.units import format_duration
 from gpupool.schemas.jobs import JobView
 
 JobIds = Annotated[list[str], typer.Argument(help="job ids")]
@@ -91,6 +105,46 @@ requeue = _command(
 )
 
 
+def update(  # noqa: PLR0917 - scontrol-like options
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="new name")] = None,
+    qos: QosOpt = None,
+    time_limit: TimeOpt = None,
+    expected: ExpectedOpt = None,
+    preemptible: PreemptibleOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a pending job (like scontrol update): name, priority class, time limits.
+
+    Examples:
+
+      gpupool update 3f2a9c1d0b7e -t 4h
+
+      gpupool update 3f2a9c1d0b7e -q low --expected 30m
+
+    Only jobs that have not started can be changed (exit 6 otherwise); resources, command and
+    pool cannot: cancel the job and submit it again.
+    """
+    changes = {
+        "name": job_name,
+        "priority": qos,
+        "time_limit": time_limit,
+        "expected_duration": expected,
+        "preemptible": preemptible,
+    }
+    with session(server, token) as gp:
+        job = gp.update(job_id, **changes)
+        if json_out:
+            print_json(job)
+        else:
+            typer.echo(
+                f"job {job.id} ({job.name}): {job.state}, priority {job.priority_class}, "
+                f"time limit {format_duration(job.time_limit_s) if job.time_limit_s else 'none'}"
+            )
+
+
 def install(app: typer.Typer) -> None:
-    for command in (hold, release, requeue):
+    for command in (hold, release, requeue, update):
         app.command(name=command.__name__)(command)

@@ -24,8 +24,12 @@ import yaml
 
 from gpupool.cli import render
 from gpupool.cli.session import (
+    ExpectedOpt,
     JsonOpt,
+    PreemptibleOpt,
+    QosOpt,
     ServerOpt,
+    TimeOpt,
     TokenOpt,
     emit,
     fail,
@@ -156,18 +160,10 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     account: Annotated[
         str | None, typer.Option("-A", "--account", help="tenant to charge (default: yours)")
     ] = None,
-    qos: Annotated[
-        str | None, typer.Option("-q", "--qos", help="priority class, e.g. low, normal, high")
-    ] = None,
-    time_limit: Annotated[
-        str | None, typer.Option("-t", "--time", help="time limit: 90 (minutes), 1:30:00, 2-12")
-    ] = None,
-    expected: Annotated[
-        str | None, typer.Option("--expected", help="expected run time, for start estimates")
-    ] = None,
-    preemptible: Annotated[
-        bool | None, typer.Option("--preemptible/--no-preemptible", help="may be preempted")
-    ] = None,
+    qos: QosOpt = None,
+    time_limit: TimeOpt = None,
+    expected: ExpectedOpt = None,
+    preemptible: PreemptibleOpt = None,
     replicas: Annotated[
         int | None, typer.Option("--replicas", help="replicas of a gang (all start or none)")
     ] = None,

@@ -47,6 +47,20 @@ TokenOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
 
+# Job options shared by submit/run and update (sbatch / scontrol names).
+QosOpt = Annotated[
+    str | None, typer.Option("-q", "--qos", help="priority class, e.g. low, normal, high")
+]
+TimeOpt = Annotated[
+    str | None, typer.Option("-t", "--time", help="time limit: 90 (minutes), 1:30:00, 2-12")
+]
+ExpectedOpt = Annotated[
+    str | None, typer.Option("--expected", help="expected run time, for start estimates")
+]
+PreemptibleOpt = Annotated[
+    bool | None, typer.Option("--preemptible/--no-preemptible", help="may be preempted")
+]
+
 #: Job-file keys and the ``submit`` option that sets each, for error messages.
 OPTION_NAMES: dict[str, str] = {
     "name": "-J/--job-name",

@@ -307,6 +307,14 @@ class Client:
     def release(self, job_id: str) -> JobView:
         return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/release").json())
 
+    def update(self, job_id: str, **changes: Any) -> JobView:
+        """Change a pending job (like ``scontrol update``): ``name``, ``priority`` (class),
+        ``time_limit``, ``expected_duration`` (durations as in a job file: ``"2h"``) or
+        ``preemptible``. Raises :class:`~gpupool.client.errors.ApiError` (422 bad value, 409
+        the job has started)."""
+        body = {key: value for key, value in changes.items() if value is not None}
+        return JobView.model_validate(self.request("PATCH", f"/v1/jobs/{job_id}", json=body).json())
+
     def requeue(self, job_id: str) -> JobView:
         """Put a job that ended without finishing (failed, preempted, node or boot failure)
         back in the queue; :class:`~gpupool.client.errors.ApiError` (409) for any other state."""

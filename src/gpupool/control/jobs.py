@@ -26,6 +26,7 @@ from gpupool.control.batching import GroupCommit
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
+from gpupool.control.jobedit import updated_spec
 from gpupool.control.jobstate import move, order_stop
 from gpupool.control.uploads import UploadService
 from gpupool.domain.errors import SpecError
@@ -34,7 +35,7 @@ from gpupool.domain.jobspec import build_spec
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import JobEvent
 from gpupool.domain.users import Permission
-from gpupool.store.mapping import event_from_row, job_from_row, job_values
+from gpupool.store.mapping import apply_job, event_from_row, job_from_row, job_values
 from gpupool.store.models import (
     AssignmentModel,
     AuditModel,
@@ -458,6 +459,34 @@ class JobService:
             job = job_from_row(row).with_changes(held=held)
             row.held = held
             audit.record(s, actor, "job.hold" if held else "job.release", now, target=job_id)
+        self.cp.poke()
+        return job
+
+    def update(self, actor: Actor, job_id: str, changes: Mapping[str, Any]) -> Job:
+        """Change a pending job (see :mod:`gpupool.control.jobedit`), audited."""
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            row = self._load_for_change(s, actor.principal, job_id)
+            if JobState(row.state) is not JobState.PENDING:
+                raise Conflict(
+                    f"job {job_id} is {row.state}: only pending jobs can be updated; "
+                    "cancel it and submit it again"
+                )
+            job = job_from_row(row)
+            spec = updated_spec(job.spec, changes)
+            priority = job.priority
+            if spec.priority_class != job.spec.priority_class:
+                wanted = spec.priority_class
+                copy, _, _, found = self.cp.catalog.get(s, row.tenant, row.pool, wanted)
+                if found is None:
+                    names = ", ".join(sorted(copy.priorities, key=copy.priorities.__getitem__))
+                    raise Invalid(
+                        f"priority class {spec.priority_class!r} does not exist: use one of {names}"
+                    )
+                priority = found
+            job = job.with_changes(spec=spec, priority=priority)
+            apply_job(row, job)
+            audit.record(s, actor, "job.update", now, target=job_id)
         self.cp.poke()
         return job
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from gpupool.schemas.base import WireModel
 
@@ -31,6 +31,26 @@ class SubmitJobRequest(WireModel):
         default=False,
         description="submit it held (like sbatch --hold): it waits until POST .../release",
     )
+
+
+class UpdateJobRequest(WireModel):
+    """Changes to a pending job (like scontrol update); fields left out stay as they are.
+    Values as in a job file: durations like ``2h``, ``1:30:00`` or minutes.
+
+    Other keys are let through (unlike other wire messages) so that the server can answer
+    ``gpus cannot be changed on a queued job ...`` instead of a bare "extra field"."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str | None = Field(default=None, max_length=200)
+    priority: str | None = Field(default=None, max_length=100, description="priority class")
+    time_limit: str | float | None = None
+    expected_duration: str | float | None = None
+    preemptible: bool | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The keys given, known or not (job-file keys), without those set to null."""
+        return self.model_dump(exclude_none=True)
 
 
 class UploadView(WireModel):

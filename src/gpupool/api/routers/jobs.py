@@ -21,6 +21,7 @@ from gpupool.schemas.jobs import (
     JobView,
     SubmitJobRequest,
     SubmitJobResponse,
+    UpdateJobRequest,
 )
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -126,6 +127,13 @@ def job_logs(
 @router.post("/{job_id}/cancel", response_model=JobView)
 def cancel(job_id: str, svc: Svc, act: Act, body: CancelJobRequest | None = None) -> JobView:
     return job_view(svc.jobs.cancel(act, job_id, body.reason if body else None))
+
+
+@router.patch("/{job_id}", response_model=JobView)
+def update(job_id: str, body: UpdateJobRequest, svc: Svc, act: Act) -> JobView:
+    """Change a pending job's name, priority class, time limit, expected duration or
+    preemptibility (like scontrol update); 409 once it has started."""
+    return job_view(svc.jobs.update(act, job_id, body.changes()))
 
 
 @router.post("/{job_id}/hold", response_model=JobView)

@@ -1,0 +1,60 @@
+"""Changing a pending job's spec (gpupool.control.jobedit): what may change, and the errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.control.errors import Invalid
+from gpupool.control.jobedit import updated_spec
+from gpupool.domain.jobspec import build_spec
+
+SPEC = build_spec(
+    {
+        "name": "train",
+        "command": ["python", "train.py"],
+        "resources": {"gpus": 0.5},
+        "time_limit": "2h",
+        "expected_duration": "1h",
+    }
+)
+
+
+def test_each_key_changes_only_its_field() -> None:
+    assert updated_spec(SPEC, {"name": "train-2"}).name == "train-2"
+    assert updated_spec(SPEC, {"priority": "low"}).priority_class == "low"
+    assert updated_spec(SPEC, {"time_limit": "4h"}).time_limit_s == 4 * 3600
+    assert updated_spec(SPEC, {"time_limit": 90}).time_limit_s == 90 * 60  # minutes, as sbatch -t
+    assert updated_spec(SPEC, {"expected_duration": "30m"}).expected_duration_s == 1800
+    assert updated_spec(SPEC, {"preemptible": True}).preemptible is True
+    changed = updated_spec(SPEC, {"time_limit": "3h"})
+    assert (changed.name, changed.command, changed.resources, changed.expected_duration_s) == (
+        SPEC.name,
+        SPEC.command,
+        SPEC.resources,
+        SPEC.expected_duration_s,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({}, "nothing to change: give one of name, priority, time_limit"),
+        ({"gpus": 2}, "gpus cannot be changed on a queued job"),
+        ({"pool": "x", "command": ["y"]}, "command, pool cannot be changed"),
+        ({"time_limit": "soon"}, "time_limit"),
+        ({"time_limit": "-5"}, "time_limit"),
+        ({"name": ""}, "name"),
+        ({"preemptible": "perhaps"}, "preemptible"),
+        ({"time_limit": "30m"}, "longer than time_limit"),  # the expected 1 h stays
+        ({"expected_duration": "3h"}, "longer than time_limit"),
+    ],
+)
+def test_a_bad_change_is_refused_with_what_to_do(changes: dict[str, object], fragment: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        updated_spec(SPEC, changes)
+    assert fragment in str(caught.value)
+
+
+def test_both_limits_changed_together_are_checked_together() -> None:
+    spec = updated_spec(SPEC, {"time_limit": "30m", "expected_duration": "20m"})
+    assert (spec.time_limit_s, spec.expected_duration_s) == (1800, 1200)
