@@ -213,6 +213,37 @@ def test_viewer_sees_no_cancel_and_owner_cancels_from_the_job_page(
     page.screenshot(path=str(shots / "job-cancelled.png"), full_page=True)
 
 
+def test_owner_holds_and_releases_a_pending_job_from_the_job_page(
+    page: Any, pool: LivePool, shots: Path
+) -> None:
+    spec = {"name": "held-at-submit", "command": ["sleep", "60"], "resources": {"gpus": "0.25"}}
+    job_id = pool.call("alice", "POST", "/v1/jobs", {"spec": spec, "hold": True})["job"]["id"]
+    sign_in(page, pool, "alice", f"#/jobs/{job_id}")
+    page.wait_for_selector("h1:has-text('held-at-submit')")
+    mark_page(page)
+    page.wait_for_selector("#release")
+    assert page.locator("#hold").count() == 0
+    assert "Held" in page.locator(".facts").inner_text()
+    check_page(page, "held job page")
+    page.screenshot(path=str(shots / "job-held.png"), full_page=True)
+    page.click("#release")
+    page.wait_for_selector(".job-head .badge:has-text('RUNNING')", timeout=20_000)
+    assert pool.job(job_id)["held"] is False
+    assert page.locator("#release").count() == 0
+    assert page.locator("#hold").count() == 0  # running: nothing to hold
+    pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
+    # A job too large for this pool stays pending: hold it from the page.
+    big = pool.submit("alice", "too-big", gpus="8")
+    page.goto(f"{pool.url}/#/jobs/{big}")
+    page.wait_for_selector("h1:has-text('too-big')")
+    page.click("#hold")
+    page.wait_for_selector("#release")
+    assert pool.job(big)["held"] is True
+    assert "does not start until released" in page.locator(".status").inner_text()
+    assert_not_reloaded(page)
+    pool.call("admin", "POST", f"/v1/jobs/{big}/cancel", {})
+
+
 def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
     page: Any, pool: LivePool, shots: Path
 ) -> None:

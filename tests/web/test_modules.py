@@ -109,6 +109,24 @@ def test_cancel_is_offered_by_role_tenant_and_owner(modules: Any) -> None:
     }
 
 
+def test_hold_release_and_requeue_are_offered_by_state_and_right(modules: Any) -> None:
+    out = modules.evaluate(
+        """async () => {
+          const { queueAction } = await import('/ui/js/views/job.js');
+          const owner = { me: { role: 'member', user: 'alice', tenant: 'a' },
+            can: (p) => p === 'job:cancel-own' };
+          const viewer = { me: { role: 'viewer', user: 'carol', tenant: 'a' }, can: () => false };
+          const job = (state, held) => ({ state, held, user: 'alice', tenant: 'a' });
+          const cases = [[owner, 'PENDING', false], [owner, 'PENDING', true],
+            [owner, 'RUNNING', false], [owner, 'FAILED', false], [owner, 'PREEMPTED', false],
+            [owner, 'COMPLETED', false], [owner, 'CANCELLED', false],
+            [viewer, 'PENDING', false], [viewer, 'FAILED', false]];
+          return cases.map(([who, state, held]) => queueAction(who, job(state, held)));
+        }"""
+    )
+    assert out == ["hold", "release", None, "requeue", "requeue", None, None, None, None]
+
+
 def test_amounts_format_from_integer_milli_gpu_and_mib(modules: Any) -> None:
     out = modules.evaluate(
         """async () => {

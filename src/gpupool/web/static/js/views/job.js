@@ -1,5 +1,6 @@
 // One job: its slice and isolation mode, priority factors, why it waits and when it should
-// start, its events, a live log tail, and cancel (only when the signed-in role may).
+// start, its events, a live log tail, and the actions the signed-in role may take on it:
+// cancel, hold or release a pending job, requeue one that ended without finishing.
 //
 // The log tail reads GET /v1/jobs/{id}/logs?tail=N (text) every LOG_MS while the job runs;
 // a server without that endpoint gets a note in place of the log, not an error.
@@ -25,13 +26,34 @@ const ISOLATION = {
   auto: 'the strongest mode the node offers',
 };
 
-/** Whether the principal `me` may cancel job `j` (the API checks again). */
-export function canCancel(ctx, j) {
-  if (TERMINAL.has(j.state)) return false;
+/** Ended without finishing its work: the states POST /v1/jobs/{id}/requeue accepts. */
+export const REQUEUABLE = new Set(['FAILED', 'PREEMPTED', 'NODE_FAIL', 'BOOT_FAIL']);
+
+/** Whether the principal may change job `j` at all (cancel, hold, requeue: the same right). */
+function mayChange(ctx, j) {
   if (ctx.can('job:cancel-any')) return true;
   if (ctx.can('job:cancel-tenant') && ctx.me.tenant === j.tenant) return true;
   return ctx.can('job:cancel-own') && ctx.me.user === j.user;
 }
+
+/** Whether the principal `me` may cancel job `j` (the API checks again). */
+export function canCancel(ctx, j) {
+  return !TERMINAL.has(j.state) && mayChange(ctx, j);
+}
+
+/** The hold / release / requeue action the principal may take on `j` now, or null. */
+export function queueAction(ctx, j) {
+  if (!mayChange(ctx, j)) return null;
+  if (j.state === 'PENDING') return j.held ? 'release' : 'hold';
+  return REQUEUABLE.has(j.state) ? 'requeue' : null;
+}
+
+const ACTION_LABEL = { hold: 'Hold', release: 'Release', requeue: 'Requeue' };
+const ACTION_DONE = {
+  hold: 'Held: it stays in the queue and does not start until released.',
+  release: 'Released: it is considered again from the next scheduling cycle.',
+  requeue: 'Requeued: it is pending again.',
+};
 
 export function render(ctx, root, { id }) {
   const { api, live } = ctx;
@@ -65,6 +87,11 @@ export function render(ctx, root, { id }) {
       });
       actions.append(cancel);
     }
+    const action = queueAction(ctx, job);
+    if (action) {
+      actions.append(h('button', { type: 'button', class: 'secondary', id: action, onclick: () => doAction(action) },
+        ACTION_LABEL[action]));
+    }
     clear(head).append(h('h1', {}, `${job.name} `, h('span', { class: 'muted' }, job.id)),
       h('p', {}, badge(job.state), ` ${job.state_code}`), actions);
   }
@@ -77,6 +104,18 @@ export function render(ctx, root, { id }) {
       await load();
     } catch (err) {
       status.textContent = `Cancel failed: ${err.message}`;
+      drawHead();
+    }
+  }
+
+  async function doAction(action) {
+    status.textContent = `${ACTION_LABEL[action]}…`;
+    try {
+      job = await api.post(`/v1/jobs/${encodeURIComponent(id)}/${action}`);
+      status.textContent = ACTION_DONE[action];
+      await load();
+    } catch (err) {
+      status.textContent = `${ACTION_LABEL[action]} failed: ${err.message}`;
       drawHead();
     }
   }
@@ -94,6 +133,7 @@ export function render(ctx, root, { id }) {
       ['Isolation', j.isolation ? `${j.isolation} — ${ISOLATION[j.isolation] || ''}` : 'decided at start'],
       ['Priority', `${j.priority_class} (${j.priority})`],
       ['Preemptible', j.preemptible ? 'yes' : 'no'],
+      pending ? ['Held', j.held ? 'yes: it starts only once released' : 'no'] : null,
       pending ? ['Why pending', j.pending_reason || j.reason || 'waiting for the scheduler'] : null,
       pending ? ['Estimated start', j.estimated_start ? fmtTime(j.estimated_start) : 'unknown'] : null,
       ['Submitted', fmtTime(j.submit_time)],
