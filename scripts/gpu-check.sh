@@ -7,7 +7,10 @@
 #
 # Tests needing PyTorch or nvidia-cuda-mps-control skip with a reason when those are missing;
 # the summary at the end lists what ran and what skipped. Exit code: pytest's (0 = all passed
-# or skipped), 2 when there is no GPU at all.
+# or skipped), 2 when there is no GPU at all, 3 when gpupool cannot be imported.
+#
+# On the lent H200 (no PyPI there): run scripts/gpu-wheels.sh here first, then the device call
+# with command "scripts/gpu-check.sh" and carry [".whl"].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +33,17 @@ PY
 
 # src layout: make the package importable even without an editable install.
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# A machine without PyPI: install the wheels scripts/gpu-wheels.sh fetched (carried in .whl/)
+# into a private folder, only when this Python lacks them.
+if [[ -d .whl ]] && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/gpupool-site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/gpupool-site"
+fi
+"$PY" -c "import gpupool.agent.agent, gpupool.gpu.nvml" || {
+  echo "gpupool does not import with $PY: run scripts/gpu-wheels.sh here and carry .whl" >&2
+  exit 3
+}
 set +e
 timeout 290 "$PY" -m pytest tests/gpu -v -rs -p no:cacheprovider --timeout 150 "$@"
 rc=$?
