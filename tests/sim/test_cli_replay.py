@@ -73,3 +73,23 @@ def test_replay_refuses_an_unknown_scenario_with_the_known_ones() -> None:
     )
     assert result.exit_code == 2
     assert "exclusive" in result.output
+
+
+def test_replay_of_a_slurm_export_compares_the_scenarios(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.txt"
+    rows = ["JobID|Account|Submit|Start|End|AllocTRES"]
+    for i in range(12):
+        submit = f"2024-03-01T10:{i:02d}:00"
+        rows.append(f"{i}|team-{i % 2}|{submit}|{submit}|2024-03-01T11:{i:02d}:00|gres/gpu=1")
+    path.write_text("\n".join(rows) + "\n")
+    result = CliRunner().invoke(
+        app(), ["replay", "--trace", str(path), "--cluster", "4xT4", "--no-progress", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["workload"] == "jobs.txt"
+    outcomes = {s["scenario"]: s["outcomes"] for s in data["scenarios"]}
+    assert outcomes == {"exclusive": {"completed": 12}, "pooled": {"completed": 12}}
+    result = CliRunner().invoke(app(), ["replay", "--trace", str(path), "--no-progress"])
+    assert result.exit_code != 0
+    assert "pass --cluster" in result.output

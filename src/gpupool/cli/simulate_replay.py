@@ -49,7 +49,9 @@ def _seconds(text: str | None, what: str) -> float | None:
 
 def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     trace: str = typer.Option(
-        ..., help="pod list (.csv), Philly-derived *.trace or folder, or synthetic:jobs=N,gpus=G"
+        ...,
+        help="pod list (.csv), Philly-derived *.trace or folder, a Slurm export "
+        "(sacct --parsable2), or synthetic:jobs=N,gpus=G",
     ),
     cluster: str | None = typer.Option(
         None, help="node list (.csv), Gavel cluster spec (.json) or a size like 500xV100"
@@ -64,7 +66,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     gpus_per_node: int = typer.Option(8, help="GPUs per machine for sized/Gavel clusters"),
     runtimes: Path | None = typer.Option(None, help="Philly run-time CSV (philly_runtime.csv)"),  # noqa: B008
     share_mix: Path | None = typer.Option(  # noqa: B008
-        None, help="Alibaba pod list whose 1-GPU shares fractionalise Philly jobs"
+        None, help="Alibaba pod list whose 1-GPU shares fractionalise Philly and Slurm jobs"
     ),
     checkpoint: str = typer.Option("1h", help="checkpoint interval (e.g. 30m), or 'none'"),
     grace: str = typer.Option("0s", help="how long a preempted job keeps its slices"),

@@ -28,7 +28,7 @@ import numpy as np
 
 from gpupool.domain.nodes import Device, Node
 from gpupool.sim.alibaba import TraceFormatError, read_pods
-from gpupool.sim.workload import SimCluster, TraceJob, Workload
+from gpupool.sim.workload import SimCluster, TraceJob, Workload, gang
 
 TRACE_COLUMNS = (
     "job_type",
@@ -122,16 +122,6 @@ def philly_cluster(
     return SimCluster(name, tuple(nodes), tuple(devices))
 
 
-def _gang(gpus: int, per_node: int) -> tuple[int, int]:
-    """(replicas, GPUs per replica) for a job of ``gpus`` GPUs on ``per_node``-GPU machines."""
-    if gpus <= per_node:
-        return 1, gpus
-    for replicas in range(-(-gpus // per_node), gpus + 1):
-        if gpus % replicas == 0:
-            return replicas, gpus // replicas
-    return gpus, 1  # pragma: no cover - replicas == gpus always divides
-
-
 def _trace_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(path.glob("*.trace"))
@@ -172,7 +162,7 @@ def philly_workload(
                 raise TraceFormatError(
                     path, "a job needs at least 1 GPU", line=line, column="scale_factor"
                 )
-            replicas, per = _gang(gpus, gpus_per_node)
+            replicas, per = gang(gpus, gpus_per_node)
             milli = per * 1000
             if mix is not None and gpus == 1:
                 milli = int(mix[share_rng.integers(len(mix))])

@@ -5,7 +5,9 @@ Trace kinds, in :data:`TRACE_KINDS` (chosen with ``kind:`` or recognised by the 
 - ``alibaba``: an Alibaba v2023 pod list (``*.csv``);
 - ``philly``: Gavel's Philly-derived ``*.trace`` files, or a folder of them;
 - ``synthetic``: ``synthetic:jobs=100000,gpus=1000,tenants=4,load=0.9`` (every field of
-  :class:`~gpupool.sim.trace_synthetic.SyntheticSpec` that is a number may be given).
+  :class:`~gpupool.sim.trace_synthetic.SyntheticSpec` that is a number may be given);
+- ``slurm``: a ``sacct --parsable2`` export of a Slurm cluster's jobs (recognised by its
+  ``JobID|...`` header line, or ``slurm:PATH``), see :mod:`gpupool.sim.trace_slurm`.
 
 Clusters: an Alibaba node list (``*.csv``), a Gavel cluster spec (``*.json``), or
 ``<GPUs>x<model>`` such as ``500xV100`` (machines of ``gpus_per_node``). A synthetic trace
@@ -22,6 +24,7 @@ from pathlib import Path
 from gpupool.domain.errors import InvalidValue
 from gpupool.sim.trace_alibaba import alibaba_cluster, alibaba_workload
 from gpupool.sim.trace_philly import alibaba_share_mix, philly_cluster, philly_workload
+from gpupool.sim.trace_slurm import slurm_workload
 from gpupool.sim.trace_synthetic import SyntheticSpec, synthetic_cluster, synthetic_workload
 from gpupool.sim.workload import SimCluster, Workload, uniform_cluster
 
@@ -94,6 +97,18 @@ def parse_synthetic(text: str, seed: int = 0) -> SyntheticSpec:
         raise InvalidValue(f"synthetic trace: {exc}", field="trace") from None
 
 
+def _slurm(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
+    mix = alibaba_share_mix(options.share_mix) if options.share_mix is not None else None
+    workload = slurm_workload(
+        target,
+        seed=options.seed,
+        gpus_per_node=options.gpus_per_node,
+        share_mix=mix,
+        time_scale=options.time_scale,
+    )
+    return workload, None
+
+
 def _synthetic(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
     spec = parse_synthetic(target, options.seed)
     return synthetic_workload(spec), synthetic_cluster(spec)
@@ -105,8 +120,19 @@ TraceLoader = Callable[[str, TraceOptions], tuple[Workload, SimCluster | None]]
 TRACE_KINDS: dict[str, TraceLoader] = {
     "alibaba": _alibaba,
     "philly": _philly,
+    "slurm": _slurm,
     "synthetic": _synthetic,
 }
+
+
+def _is_sacct(path: Path) -> bool:
+    """Whether ``path`` starts with a sacct ``--parsable2`` header (``JobID|...``)."""
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            first = handle.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return "|" in first and first.split("|", 1)[0].strip().lower() in ("jobid", "jobidraw")
 
 
 def _kind_of(text: str) -> tuple[str, str]:
@@ -118,9 +144,12 @@ def _kind_of(text: str) -> tuple[str, str]:
         return "philly", text
     if path.suffix == ".csv":
         return "alibaba", text
+    if path.is_file() and _is_sacct(path):
+        return "slurm", text
     raise InvalidValue(
         f"cannot tell what trace {text!r} is: give an Alibaba pod list (.csv), Philly-derived "
-        "*.trace files or their folder, or synthetic:jobs=N,gpus=G (or prefix alibaba:/philly:)",
+        "*.trace files or their folder, a Slurm export (sacct --parsable2), or "
+        "synthetic:jobs=N,gpus=G (or prefix alibaba:/philly:/slurm:)",
         field="trace",
     )
 

@@ -159,3 +159,13 @@ def equal_quotas(workload: Workload, cluster: SimCluster, pool: str = "default")
     share = cluster.capacity_milli // len(names)
     quotas = tuple(Quota(tenant=n, pool=pool, guaranteed_milli=share) for n in names)
     return replace(workload, quotas=quotas)
+
+
+def gang(gpus: int, per_node: int) -> tuple[int, int]:
+    """(replicas, GPUs per replica) for a job of ``gpus`` GPUs on ``per_node``-GPU machines."""
+    if gpus <= per_node:
+        return 1, gpus
+    for replicas in range(-(-gpus // per_node), gpus + 1):
+        if gpus % replicas == 0:
+            return replicas, gpus // replicas
+    return gpus, 1  # pragma: no cover - replicas == gpus always divides
