@@ -76,6 +76,29 @@ def test_the_export_is_recognised_by_its_header_and_replays_on_a_sized_cluster(
     assert outcomes == {"100": "completed", "101": "completed", "102_3": "completed"}
 
 
+@pytest.mark.parametrize(
+    ("tres", "gpus", "model"),
+    [
+        ("cpu=8,gres/gpu=2,gres/gpu:a100=2,node=1", 2, "A100"),
+        ("gres/gpu:h100=4,cpu=8", 4, "H100"),
+        ("gres/gpu:a100=1,gres/gpu:v100=1", 2, None),  # two models: any
+        ("gres/gpu=3", 3, None),
+        ("cpu=8,mem=4G", 0, None),
+    ],
+)
+def test_gpus_and_model_are_read_from_tres(
+    tmp_path: Path, tres: str, gpus: int, model: str | None
+) -> None:
+    line = f"1|a|u|normal|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T11:00:00|X|{tres}"
+    keep = "2|a|u|normal|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T11:00:00|X|gres/gpu=1"
+    jobs = {j.id: j for j in slurm_workload(_export(tmp_path, [line, keep])).jobs}
+    if gpus == 0:
+        assert "1" not in jobs
+        return
+    assert jobs["1"].gpu_milli * jobs["1"].replicas == gpus * 1000
+    assert jobs["1"].gpu_types == ((model,) if model else ())
+
+
 def test_one_gpu_jobs_take_shares_from_a_mix(tmp_path: Path) -> None:
     path = _export(tmp_path, LINES)
     plain = slurm_workload(path)

@@ -70,9 +70,12 @@ def _time(path: Path, line: int, column: str, text: str) -> float | None:
 
 
 def _gpus(path: Path, line: int, column: str, text: str) -> tuple[int, str | None]:
-    """(GPUs, model or ``None``) from a TRES list such as ``cpu=8,gres/gpu:a100=2,node=1``."""
-    total: int | None = None
-    model: str | None = None
+    """(GPUs, model or ``None``) from a TRES list such as ``cpu=8,gres/gpu:a100=2,node=1``.
+
+    The untyped ``gres/gpu=N`` is the total; without it the typed counts add up. The model is
+    the typed one when there is exactly one (a job over two models asks for any)."""
+    untyped: int | None = None
+    typed: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         if not item.startswith("gres/gpu"):
             continue
@@ -86,11 +89,12 @@ def _gpus(path: Path, line: int, column: str, text: str) -> tuple[int, str | Non
             )
         count = int(match.group("count"))
         if match.group("model"):
-            model = match.group("model").upper()
-            total = count  # the typed entry repeats the untyped one's count
-        elif total is None:
-            total = count
-    return (total or 0), model
+            name = match.group("model").upper()
+            typed[name] = typed.get(name, 0) + count
+        else:
+            untyped = count
+    total = untyped if untyped is not None else sum(typed.values())
+    return total, (next(iter(typed)) if len(typed) == 1 else None)
 
 
 def _rows(path: Path) -> tuple[dict[str, int], list[tuple[int, list[str]]]]:
