@@ -16,6 +16,7 @@ from gpupool.agent.transport import ServerUnavailable
 from gpupool.control.clock import ManualClock, SystemClock
 from gpupool.gpu.simulated import SimulatedBackend
 from gpupool.schemas.agent import (
+    ArrayInfo,
     AssignmentSpec,
     GangInfo,
     HeartbeatRequest,
@@ -163,6 +164,37 @@ def test_a_job_gets_its_devices_slice_and_gang_variables(tmp_path: Path) -> None
     agent.heartbeat()
     agent.heartbeat()
     assert all(r.assignment_id != "a1" for r in server.requests[-1].replicas)
+
+
+def test_an_array_task_gets_its_index_and_the_arrays_bounds(tmp_path: Path) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server)
+    agent.register()
+    task = ArrayInfo(array_id="a1b2c3", index=7, count=3, first=5, last=9)
+    server.queue.append(
+        HeartbeatResponse(
+            epoch=1,
+            heartbeat_interval_s=0.2,
+            start=[
+                assignment(
+                    "t7",
+                    tmp_path,
+                    array=task,
+                    env={"GPUPOOL_ARRAY_TASK_ID": "forged"},  # reserved: never reaches the job
+                )
+            ],
+        )
+    )
+    agent.heartbeat()
+    assert drive(agent, server, "t7", ReplicaState.EXITED).exit_code == 0
+    env = json.loads((tmp_path / "t7.env").read_text())
+    assert {k: v for k, v in env.items() if k.startswith("GPUPOOL_ARRAY_")} == {
+        "GPUPOOL_ARRAY_JOB_ID": "a1b2c3",
+        "GPUPOOL_ARRAY_TASK_ID": "7",
+        "GPUPOOL_ARRAY_TASK_COUNT": "3",
+        "GPUPOOL_ARRAY_TASK_MIN": "5",
+        "GPUPOOL_ARRAY_TASK_MAX": "9",
+    }
 
 
 def test_fractional_job_on_simulated_gpu_gets_soft_isolation_env(tmp_path: Path) -> None:

@@ -203,3 +203,53 @@ def test_a_job_submitted_held_waits_until_released_on_both_submit_paths(
         released = api.call(api.tokens["member"], "POST", f"/v1/jobs/{job_id}/release")
         assert released.status_code == 200, released.text
     assert sorted(loop.cycle().started) == sorted(ids)
+
+
+def test_an_array_submit_makes_one_job_per_index_and_a_retry_returns_them(
+    api: Api, cp: ControlPlane
+) -> None:
+    member = api.tokens["member"]
+    body = {
+        "spec": {"name": "sweep", "command": ["true"], "resources": {"gpus": "0.25"}},
+        "array": "0-4:2",
+        "idempotency_key": "sweep-1",
+    }
+    answer = api.call(member, "POST", "/v1/jobs", body)
+    assert answer.status_code == 201, answer.text
+    tasks = answer.json()["array"]
+    assert [t["name"] for t in tasks] == ["sweep[0]", "sweep[2]", "sweep[4]"]
+    assert answer.json()["job"] == tasks[0]
+    again = api.call(member, "POST", "/v1/jobs", body)
+    assert again.status_code == 200, again.text
+    assert [t["id"] for t in again.json()["array"]] == [t["id"] for t in tasks]
+    with cp.read() as s:
+        arrays = [s.get(JobModel, t["id"]).spec["array"] for t in tasks]  # type: ignore[union-attr]
+    assert {a["array_id"] for a in arrays} == {arrays[0]["array_id"]}
+    assert [(a["index"], a["count"], a["first"], a["last"]) for a in arrays] == [
+        (0, 3, 0, 4),
+        (2, 3, 0, 4),
+        (4, 3, 0, 4),
+    ]
+    # The agent is told which task each one is.
+    register(cp, "n1", gpus=1)
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    assert sorted(loop.cycle().started) == sorted(t["id"] for t in tasks)
+    got = api.call(api.tokens["agent"], "POST", "/v1/agent/heartbeat", {"node": "n1", "epoch": 0})
+    starts = {s["job_name"]: s["array"] for s in got.json()["start"]}
+    assert starts["sweep[2]"] == {**arrays[1]}
+
+
+@pytest.mark.parametrize(
+    ("array", "fragment"),
+    [("0-9%2", "(%N) is not supported"), ("3-1", "ends before it starts"), ("x", "not an index")],
+)
+def test_a_bad_array_is_refused_and_stores_nothing(
+    api: Api, cp: ControlPlane, array: str, fragment: str
+) -> None:
+    spec = {"name": "sweep", "command": ["true"], "resources": {"gpus": "0.25"}}
+    answer = api.call(api.tokens["member"], "POST", "/v1/jobs", {"spec": spec, "array": array})
+    assert answer.status_code == 422
+    assert fragment in answer.json()["detail"]
+    with cp.read() as s:
+        assert s.scalar(select(func.count()).select_from(JobModel)) == 0

@@ -288,6 +288,27 @@ def test_hold_release_and_requeue_like_scontrol(pool_env: LocalPool, cli: Cli) -
     assert cli("cancel", stuck).exit_code == 0
 
 
+def test_an_array_runs_one_job_per_index_with_its_task_id(pool_env: LocalPool, cli: Cli) -> None:
+    r = cli(
+        "submit", "--parsable", "-J", "sweep", "-a", "1-3", "-g", "0.1",
+        "--wrap", "echo task $GPUPOOL_ARRAY_TASK_ID of $GPUPOOL_ARRAY_TASK_COUNT",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    ids = r.stdout.split()
+    assert len(ids) == 3
+    with client(pool_env) as gp:
+        for index, job_id in enumerate(ids, start=1):
+            job = gp.wait(job_id, timeout_s=60, poll_s=0.2)
+            assert (job.name, job.state) == (f"sweep[{index}]", "COMPLETED")
+            assert "".join(gp.logs(job_id)).strip() == f"task {index} of 3"
+    r = cli("submit", "-a", "0-9%2", "-g", "0.1", "--", "true")
+    assert r.exit_code == 2
+    assert "(%N) is not supported" in one_line_error(r)
+    r = cli("run", "-a", "0-1", "-g", "0.1", "--", "true")
+    assert r.exit_code == 2
+    assert "use gpupool submit --array" in one_line_error(r)
+
+
 def test_top_renders_a_frame_from_the_live_pool(pool_env: LocalPool, cli: Cli) -> None:
     job_id = cli(
         "submit",

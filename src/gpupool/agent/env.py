@@ -19,6 +19,8 @@ Built from, in order (later wins):
 | ``GPUPOOL_ISOLATION`` | the isolation mode enforced |
 | ``GPUPOOL_CHECKPOINT_SIGNAL`` | the signal sent before a stop (``SIGTERM``) |
 | ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` | gangs only |
+| ``GPUPOOL_ARRAY_JOB_ID``, ``GPUPOOL_ARRAY_TASK_ID`` (index), ``GPUPOOL_ARRAY_TASK_COUNT``, |  |
+| ``GPUPOOL_ARRAY_TASK_MIN``, ``GPUPOOL_ARRAY_TASK_MAX`` | array tasks (``sbatch --array``) |
 
 4. the isolation mode's variables (MPS limits, soft caps); a ``PYTHONPATH`` from it is put in
    front of the job's own.
@@ -71,6 +73,17 @@ def job_env(
             "GPUPOOL_CHECKPOINT_SIGNAL": assignment.checkpoint_signal,
         }
     )
+    task = assignment.array
+    if task is not None:
+        env.update(
+            {
+                "GPUPOOL_ARRAY_JOB_ID": task.array_id,
+                "GPUPOOL_ARRAY_TASK_ID": str(task.index),
+                "GPUPOOL_ARRAY_TASK_COUNT": str(task.count),
+                "GPUPOOL_ARRAY_TASK_MIN": str(task.first),
+                "GPUPOOL_ARRAY_TASK_MAX": str(task.last),
+            }
+        )
     gang = assignment.gang
     if gang is not None:
         env.update(

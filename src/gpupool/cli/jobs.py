@@ -40,6 +40,7 @@ from gpupool.cli.session import (
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.sdk import Client, merge_spec
 from gpupool.control.clock import SystemClock
+from gpupool.domain.arrays import parse_array
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
 from gpupool.domain.states import ACTIVE_STATES, JobState
 from gpupool.domain.units import parse_duration
@@ -194,6 +195,10 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     hold: Annotated[
         bool, typer.Option("-H", "--hold", help="submit it held: it waits for gpupool release")
     ] = False,
+    array: Annotated[
+        str | None,
+        typer.Option("-a", "--array", help="a job array: 0-9, 0-20:5 or 1,3,8-10 (submit only)"),
+    ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -207,11 +212,28 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
     server, token = params["server"], params["token"]
     json_out, parsable = params["json_out"], params["parsable"]
     keys = inspect.signature(build_submission).parameters
+    array: str | None = params["array"]
+    if array is not None and follow:
+        raise fail("--array submits many jobs: use gpupool submit --array, then gpupool queue")
     with handle_errors(cli_options=True):
         spec = build_submission(**{k: params[k] for k in keys})
+        if array is not None:
+            parse_array(array)  # refused here, before anything is uploaded
     with session(server, token) as gp:
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
+        if array is not None:
+            tasks = gp.submit_array(spec, array=array, workdir_upload=upload, hold=params["hold"])
+            if parsable:
+                typer.echo("\n".join(t.id for t in tasks))
+            elif json_out:
+                print_json(tasks)
+            else:
+                typer.echo(
+                    f"Submitted array of {len(tasks)} jobs ({tasks[0].name} .. {tasks[-1].name}) "
+                    f"to pool {tasks[0].pool}: {tasks[0].id} .. {tasks[-1].id}"
+                )
+            return
         job = gp.submit(spec, workdir_upload=upload, hold=params["hold"])
         if parsable:
             typer.echo(job.id)
@@ -272,8 +294,13 @@ SUBMIT_HELP = """Submit a job to the pool (like sbatch).
 
       gpupool submit -f examples/train.yaml -p research --parsable
 
+      gpupool submit -a 0-9 -g 0.25 --wrap 'python sweep.py --trial $GPUPOOL_ARRAY_TASK_ID'
+
     --workdir DIR: the folder is packed (without .git, __pycache__, .venv) and uploaded (at
     most 100 MiB packed), and the job runs in a copy of it on its node.
+
+    --array: one job per index, named NAME[INDEX], each with GPUPOOL_ARRAY_TASK_ID (and
+    GPUPOOL_ARRAY_JOB_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX); --parsable prints every id.
     """
 
 RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit code (like srun).

@@ -234,7 +234,37 @@ class Client:
         runs in that folder, unpacked on its node. ``hold=True`` submits it held (like
         ``sbatch --hold``): it waits until :meth:`release`.
         """
-        body = merge_spec(spec or {}, options_to_spec(options))
+        payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
+        return self._post_submit(payload, retries).job
+
+    def submit_array(
+        self,
+        spec: Mapping[str, Any] | None = None,
+        *,
+        array: str,
+        idempotency_key: str | None = None,
+        retries: int = 2,
+        workdir_upload: str | None = None,
+        hold: bool = False,
+        **options: Any,
+    ) -> builtins.list[JobView]:
+        """Submit a job array (like ``sbatch --array``): one job per index of ``array``
+        (``"0-9"``, ``"0-20:5"``, ``"1,3,8-10"``), named ``NAME[INDEX]``, each with
+        ``GPUPOOL_ARRAY_TASK_ID``; returns the tasks in index order. Retried as :meth:`submit`
+        (one key for the whole array)."""
+        payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
+        payload["array"] = array
+        return self._post_submit(payload, retries).array
+
+    def _submit_payload(
+        self,
+        spec: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        workdir_upload: str | None,
+        hold: bool,
+        options: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        body = merge_spec(spec or {}, options_to_spec(dict(options)))
         build_spec(body)
         key = idempotency_key or f"sdk-{secrets.token_hex(12)}"
         payload: dict[str, Any] = {"spec": body, "idempotency_key": key}
@@ -242,6 +272,9 @@ class Client:
             payload["workdir_upload"] = workdir_upload
         if hold:
             payload["hold"] = True
+        return payload
+
+    def _post_submit(self, payload: dict[str, Any], retries: int) -> SubmitJobResponse:
         for attempt in range(retries + 1):
             try:
                 response = self.request("POST", "/v1/jobs", json=payload)
@@ -250,7 +283,7 @@ class Client:
                     raise
                 self.clock.sleep(0.5 * 2**attempt)
                 continue
-            return SubmitJobResponse.model_validate(response.json()).job
+            return SubmitJobResponse.model_validate(response.json())
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def upload_workdir(self, path: str | Path, limit: int = DEFAULT_LIMIT_BYTES) -> str:

@@ -26,6 +26,7 @@ from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
+    ArrayInfo,
     AssignmentSpec,
     DeviceTelemetry,
     GangInfo,
@@ -235,6 +236,7 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
         checkpoint_dir=None,
         priority=job.priority,
         preemptible=spec["preemptible"],
+        array=ArrayInfo(**spec["array"]) if spec.get("array") else None,
     )
 
 

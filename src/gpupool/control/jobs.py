@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Select, insert, select
@@ -29,6 +29,7 @@ from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.jobedit import updated_spec
 from gpupool.control.jobstate import move, order_stop
 from gpupool.control.uploads import UploadService
+from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
@@ -154,6 +155,7 @@ class PendingSubmit:
     key: str | None  # the idempotency key
     workdir_upload: str | None = None
     held: bool = False  # submitted held: it waits until released
+    array: ArrayTask | None = None  # a task of a job array
 
 
 #: What storing one submit came to: the job and whether it was created now, or the error.
@@ -328,6 +330,8 @@ class JobService:
                 values = job_values(job, idempotency_key=item.key)
                 if item.workdir_upload is not None:
                     values["spec"] = {**values["spec"], "workdir_upload": item.workdir_upload}
+                if item.array is not None:
+                    values["spec"] = {**values["spec"], "array": asdict(item.array)}
                 jobs.append(values)
                 events.append(
                     {

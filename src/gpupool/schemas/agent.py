@@ -171,6 +171,17 @@ class GangInfo(WireModel):
     local_rank: int
 
 
+class ArrayInfo(WireModel):
+    """The array a job is a task of (``sbatch --array``): its id, this task's index, the count
+    of tasks and the first and last index."""
+
+    array_id: str
+    index: int
+    count: int
+    first: int
+    last: int
+
+
 class AssignmentSpec(WireModel):
     """One replica to start on this node.
 
@@ -202,6 +213,7 @@ class AssignmentSpec(WireModel):
     checkpoint_dir: str | None = None
     priority: int = 0
     preemptible: bool = False
+    array: ArrayInfo | None = None
 
 
 class StopOrder(WireModel):

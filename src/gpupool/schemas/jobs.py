@@ -31,6 +31,11 @@ class SubmitJobRequest(WireModel):
         default=False,
         description="submit it held (like sbatch --hold): it waits until POST .../release",
     )
+    array: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="a job array (like sbatch --array): 0-9, 0-20:5 or 1,3,8-10; one job a task",
+    )
 
 
 class UpdateJobRequest(WireModel):
@@ -116,8 +121,11 @@ class JobView(WireModel):
 
 
 class SubmitJobResponse(WireModel):
-    job: JobView
+    job: JobView  # an array's first task
     created: bool = Field(description="False when an earlier submit with this key made it")
+    array: list[JobView] = Field(
+        default_factory=list, description="every task of an array submit, in index order"
+    )
 
 
 class JobList(WireModel):

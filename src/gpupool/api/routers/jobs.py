@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.deps import Act, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
+from gpupool.control.arrays import submit_array
 from gpupool.control.errors import Invalid
 from gpupool.control.jobs import JobFilter
 from gpupool.domain.states import JobState
@@ -52,6 +53,24 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
     key = body.idempotency_key or request.headers.get("idempotency-key")
     if key is not None and len(key) > 200:
         raise Invalid("the Idempotency-Key header is too long: use at most 200 characters")
+    if body.array is not None:
+        tasks, created = await run_in_threadpool(
+            submit_array,
+            svc.jobs,
+            act,
+            body.spec,
+            body.array,
+            key,
+            held=body.hold,
+            workdir_upload=body.workdir_upload,
+        )
+        views = [job_view(t) for t in tasks]
+        array_view = SubmitJobResponse(job=views[0], created=created, array=views)
+        return Response(
+            array_view.model_dump_json(),
+            status_code=201 if created else 200,
+            media_type="application/json",
+        )
     if body.workdir_upload is None:
         job, created = await svc.jobs.submit_async(act, body.spec, key, held=body.hold)
     else:
