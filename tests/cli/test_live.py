@@ -301,6 +301,25 @@ def test_an_array_runs_one_job_per_index_with_its_task_id(pool_env: LocalPool, c
             job = gp.wait(job_id, timeout_s=60, poll_s=0.2)
             assert (job.name, job.state) == (f"sweep[{index}]", "COMPLETED")
             assert "".join(gp.logs(job_id)).strip() == f"task {index} of 3"
+    with client(pool_env) as gp:
+        array_id = gp.get(ids[0]).array_id
+        assert array_id is not None
+        assert [gp.get(i).array_index for i in ids] == [1, 2, 3]
+    listed = json.loads(cli("queue", "--array", array_id, "-t", "CD", "--json").stdout)
+    assert sorted(j["id"] for j in listed) == sorted(ids)
+    # scancel ARRAYID: every unfinished task; ended ones are left alone.
+    r = cli("submit", "--parsable", "-J", "long", "-a", "0-1", "-g", "0.1", "--", "sleep", "60")
+    long_ids = r.stdout.split()
+    with client(pool_env) as gp:
+        long_array = gp.get(long_ids[0]).array_id
+    assert long_array is not None
+    assert long_array != array_id
+    r = cli("cancel", "--array", long_array)
+    assert r.exit_code == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 2
+    with client(pool_env) as gp:
+        assert {gp.wait(i, timeout_s=60, poll_s=0.2).state for i in long_ids} == {"CANCELLED"}
+    assert cli("cancel").exit_code == 2
     r = cli("submit", "-a", "0-9%2", "-g", "0.1", "--", "true")
     assert r.exit_code == 2
     assert "(%N) is not supported" in one_line_error(r)

@@ -14,7 +14,7 @@ from gpupool.control.leader import Leadership
 from gpupool.control.loop import SchedulingLoop
 from gpupool.domain.states import JobState
 from gpupool.scheduling.decision import Decision, ReplicaStart, Start
-from gpupool.store.models import LeaderModel, SliceModel
+from gpupool.store.models import AssignmentModel, LeaderModel, SliceModel
 from tests.control.builders import ADMIN, exited, heartbeat, register, running, submit
 
 
@@ -157,6 +157,33 @@ def test_cancelling_a_running_job_sends_a_stop_and_ends_cancelled(cp: ControlPla
     assert [(o.assignment_id, o.reason.value) for o in answer.stop] == [(aid, "cancel")]
     heartbeat(cp, replicas=[exited(aid, code=-15, signal="SIGTERM")])
     assert _state(cp, job.id) is JobState.CANCELLED
+
+
+def test_a_job_cancelled_before_its_node_started_it_frees_its_slices(cp: ControlPlane) -> None:
+    register(cp, gpus=1)
+    job = submit(cp, gpus="1")
+    loop = _loop(cp)
+    assert loop.cycle().started == (job.id,)
+    JobService(cp).cancel(ADMIN, job.id)  # dispatched, the agent has not reported it yet
+    assert _state(cp, job.id) is JobState.CANCELLED
+    answer = heartbeat(cp)  # the agent knows nothing of it
+    assert (answer.start, answer.stop) == ([], [])  # nothing to start, nothing to stop
+    with cp.read() as s:
+        active = s.scalar(select(func.count()).select_from(SliceModel).where(SliceModel.active))
+    assert active == 0
+    # The whole GPU is free again: the next job starts.
+    other = submit(cp, gpus="1")
+    assert loop.cycle().started == (other.id,)
+    # Had the node started it after all, it is stopped at once (a replica the server ended).
+    late = heartbeat(cp, replicas=[running(next(iter(_assignments(cp, job.id))))])
+    assert [o.signal for o in late.stop if o.assignment_id in _assignments(cp, job.id)] == [
+        "SIGKILL"
+    ]
+
+
+def _assignments(cp: ControlPlane, job_id: str) -> set[str]:
+    with cp.read() as s:
+        return set(s.scalars(select(AssignmentModel.id).where(AssignmentModel.job_id == job_id)))
 
 
 def test_a_silent_node_fails_its_jobs_over_and_they_requeue(

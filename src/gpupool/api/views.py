@@ -62,6 +62,8 @@ def job_view(
         reason=job.reason,
         isolation=job.isolation.value if job.isolation else None,
         time_limit_s=spec.time_limit_s,
+        array_id=job.array.array_id if job.array else None,
+        array_index=job.array.index if job.array else None,
         pending_reason=detail.pending_reason if detail else None,
         estimated_start=detail.estimated_start if detail else None,
         nodes=list(detail.nodes) if detail else [],

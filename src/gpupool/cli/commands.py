@@ -1,7 +1,7 @@
 """Wires the client command groups into the ``gpupool`` app (one call from ``main.py``).
 
-Groups: :mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, cancel, history),
-:mod:`~gpupool.cli.jobctl` (hold, release, requeue),
+Groups: :mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, history),
+:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update),
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens), :mod:`~gpupool.cli.top`,
 :mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck` and :mod:`~gpupool.cli.login`.

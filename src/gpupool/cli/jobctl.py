@@ -1,6 +1,8 @@
-"""Commands that change a job in the queue, like Slurm's ``scontrol hold | release | requeue |
-update``.
+"""Commands that change jobs in the queue, like Slurm's ``scancel`` and ``scontrol hold |
+release | requeue | update``.
 
+- **cancel**: stop jobs (a running one gets its checkpoint signal and grace), by id or every
+  unfinished task of a job array.
 - **hold**: a pending job stays in the queue but is not considered until released (reason
   ``Held``); only pending jobs can be held.
 - **release**: the job is considered again from the next scheduling cycle.
@@ -21,6 +23,7 @@ from typing import Annotated
 
 import typer
 
+from gpupool.cli.jobs import ACTIVE
 from gpupool.cli.session import (
     ExpectedOpt,
     JsonOpt,
@@ -29,6 +32,7 @@ from gpupool.cli.session import (
     ServerOpt,
     TimeOpt,
     TokenOpt,
+    fail,
     print_json,
     session,
 )
@@ -105,6 +109,43 @@ requeue = _command(
 )
 
 
+def cancel(  # noqa: PLR0917 - typer options
+    job_ids: Annotated[list[str] | None, typer.Argument(help="job ids")] = None,
+    array: Annotated[
+        str | None, typer.Option("-a", "--array", help="every unfinished task of this array")
+    ] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel jobs (like scancel). A running job gets its checkpoint signal and grace first.
+
+    Examples:
+
+      gpupool cancel 3f2a9c1d0b7e
+
+      gpupool cancel 3f2a9c1d0b7e 9a8b7c6d5e4f --reason "wrong data set"
+
+      gpupool cancel --array 5d4c3b2a1f0e        # every task of a job array not yet ended
+    """
+    if not job_ids and array is None:
+        raise fail("nothing to cancel: give job ids, or --array ARRAY_ID")
+    with session(server, token) as gp:
+        ids = list(job_ids or ())
+        if array is not None:
+            tasks = gp.list(array=array, state=ACTIVE)
+            ids += [t.id for t in sorted(tasks, key=lambda t: t.array_index or 0)]
+        done = []
+        for job_id in ids:
+            job = gp.cancel(job_id, reason)
+            done.append(job)
+            if not json_out:
+                typer.echo(f"job {job.id} ({job.name}): {job.state}")
+        if json_out:
+            print_json(done)
+
+
 def update(  # noqa: PLR0917 - scontrol-like options
     job_id: Annotated[str, typer.Argument(help="job id")],
     job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="new name")] = None,
@@ -146,5 +187,5 @@ def update(  # noqa: PLR0917 - scontrol-like options
 
 
 def install(app: typer.Typer) -> None:
-    for command in (hold, release, requeue, update):
+    for command in (cancel, hold, release, requeue, update):
         app.command(name=command.__name__)(command)

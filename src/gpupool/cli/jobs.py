@@ -230,8 +230,8 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
                 print_json(tasks)
             else:
                 typer.echo(
-                    f"Submitted array of {len(tasks)} jobs ({tasks[0].name} .. {tasks[-1].name}) "
-                    f"to pool {tasks[0].pool}: {tasks[0].id} .. {tasks[-1].id}"
+                    f"Submitted array {tasks[0].array_id} of {len(tasks)} jobs "
+                    f"({tasks[0].name} .. {tasks[-1].name}) to pool {tasks[0].pool}"
                 )
             return
         job = gp.submit(spec, workdir_upload=upload, hold=params["hold"])
@@ -344,6 +344,9 @@ def queue(  # noqa: PLR0917 - typer options
         list[str] | None, typer.Option("-t", "--states", help="states (names or codes, repeat)")
     ] = None,
     me: Annotated[bool, typer.Option("--me", help="only my jobs")] = False,
+    array: Annotated[
+        str | None, typer.Option("-a", "--array", help="only the tasks of this job array")
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -362,7 +365,7 @@ def queue(  # noqa: PLR0917 - typer options
         if me:
             user = gp.whoami().user
         wanted = states or ACTIVE
-        jobs = gp.list(state=wanted, user=user, tenant=account, pool=pool)
+        jobs = gp.list(state=wanted, user=user, tenant=account, pool=pool, array=array)
         jobs.sort(key=_queue_order)
         if json_out:
             print_json(jobs)
@@ -423,32 +426,6 @@ def logs(
             sys.stdout.flush()
 
 
-def cancel(
-    job_ids: Annotated[list[str], typer.Argument(help="job ids")],
-    reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Cancel jobs (like scancel). A running job gets its checkpoint signal and grace first.
-
-    Examples:
-
-      gpupool cancel 3f2a9c1d0b7e
-
-      gpupool cancel 3f2a9c1d0b7e 9a8b7c6d5e4f --reason "wrong data set"
-    """
-    with session(server, token) as gp:
-        done = []
-        for job_id in job_ids:
-            job = gp.cancel(job_id, reason)
-            done.append(job)
-            if not json_out:
-                typer.echo(f"job {job.id} ({job.name}): {job.state}")
-        if json_out:
-            print_json(done)
-
-
 def history(  # noqa: PLR0917 - typer options
     since: Annotated[
         str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
@@ -486,7 +463,7 @@ def history(  # noqa: PLR0917 - typer options
 
 
 def install(app: typer.Typer) -> None:
-    for command in (submit, run, queue, show, logs, cancel, history):
+    for command in (submit, run, queue, show, logs, history):
         app.command(
             name=command.__name__,
             context_settings={"allow_interspersed_args": command not in (submit, run)},

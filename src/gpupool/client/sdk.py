@@ -310,15 +310,18 @@ class Client:
         user: str | None = None,
         pool: str | None = None,
         name: str | None = None,
+        array: str | None = None,
         limit: int = 1000,
     ) -> builtins.list[JobView]:
-        """Jobs newest first, following pages until ``limit`` jobs."""
+        """Jobs newest first, following pages until ``limit`` jobs (``array``: the tasks of
+        that job array)."""
         out: builtins.list[JobView] = []
         cursor: str | None = None
         while len(out) < limit:
             params: builtins.list[tuple[str, Any]] = [("limit", min(1000, limit - len(out)))]
             params += [("state", s) for s in state or ()]
-            for key, value in (("tenant", tenant), ("user", user), ("pool", pool), ("name", name)):
+            filters = (("tenant", tenant), ("user", user), ("pool", pool), ("name", name))
+            for key, value in (*filters, ("array", array)):
                 if value is not None:
                     params.append((key, value))
             if cursor is not None:

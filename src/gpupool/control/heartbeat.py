@@ -308,12 +308,25 @@ class HeartbeatService:
                 for aid in orphans
             ]
             for a in live:
-                if a.stop_reason in WIRE_STOP_REASON:
+                wire = WIRE_STOP_REASON.get(a.stop_reason or "")
+                if wire is not None and a.state == "dispatched" and a.id not in reported:
+                    # Stopped (cancelled, preempted...) before this node reported it: it never
+                    # started there, so end it here and free its slices. Were it to start after
+                    # all, the orphan rule above would stop it at once.
+                    unstarted = ReplicaStatus(
+                        assignment_id=a.id,
+                        state=ReplicaState.EXITED,
+                        reason="stopped before it started",
+                    )
+                    _finish_assignment(s, a, unstarted, now)
+                    changed = True
+                    continue
+                if wire is not None:
                     stop.append(
                         StopOrder(
                             assignment_id=a.id,
                             epoch=epoch,
-                            reason=WIRE_STOP_REASON[a.stop_reason],
+                            reason=wire,
                             signal=a.stop_signal or "SIGTERM",
                             grace_period_s=a.stop_grace_s or 0.0,
                         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Select, insert, select
@@ -79,6 +79,7 @@ class JobFilter:
     user: str | None = None
     pool: str | None = None
     name: str | None = None
+    array_id: str | None = None  # the tasks of one job array
 
 
 @dataclass(frozen=True)
@@ -326,12 +327,11 @@ class JobService:
                     submit_time=now,
                     eligible_time=now,
                     held=item.held,
+                    array=item.array,
                 )
                 values = job_values(job, idempotency_key=item.key)
                 if item.workdir_upload is not None:
                     values["spec"] = {**values["spec"], "workdir_upload": item.workdir_upload}
-                if item.array is not None:
-                    values["spec"] = {**values["spec"], "array": asdict(item.array)}
                 jobs.append(values)
                 events.append(
                     {
@@ -385,6 +385,8 @@ class JobService:
             query = query.where(JobModel.pool == flt.pool)
         if flt.name is not None:
             query = query.where(JobModel.name == flt.name)
+        if flt.array_id is not None:
+            query = query.where(JobModel.spec["array"]["array_id"].as_string() == flt.array_id)
         if flt.states:
             query = query.where(JobModel.state.in_([st.value for st in flt.states]))
         if cursor is not None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
@@ -195,6 +196,7 @@ class Job:
     signal: str | None = None
     reason: str | None = None
     isolation: IsolationMode | None = None  # what the node actually enforced
+    array: ArrayTask | None = None  # the job array it is a task of, if any
 
     def with_changes(self, **changes: object) -> Job:
         """A copy with fields changed. State changes go through ``transition()`` instead."""

@@ -113,6 +113,8 @@ class JobView(WireModel):
     reason: str | None
     isolation: str | None
     time_limit_s: float | None
+    array_id: str | None = None  # the job array it is a task of (sbatch --array)
+    array_index: int | None = None
     pending_reason: str | None = None
     estimated_start: float | None = None
     nodes: list[str] = Field(default_factory=list)

@@ -7,8 +7,10 @@ field names, with enums as their values and the resource request nested; ``spec_
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
+from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
@@ -110,6 +112,7 @@ def job_from_row(row: JobModel) -> Job:
         signal=row.signal,
         reason=row.reason,
         isolation=IsolationMode(row.isolation) if row.isolation else None,
+        array=ArrayTask(**row.spec["array"]) if row.spec.get("array") else None,
     )
 
 
@@ -123,7 +126,7 @@ def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any
         "id": job.id,
         "idempotency_key": idempotency_key,
         "name": job.spec.name,
-        "spec": spec_to_json(job.spec),
+        "spec": spec_to_json(job.spec) | ({"array": asdict(job.array)} if job.array else {}),
         "tenant": job.tenant,
         "user": job.user,
         "pool": job.spec.pool,

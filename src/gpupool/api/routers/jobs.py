@@ -95,6 +95,7 @@ def list_jobs(
     user: str | None = None,
     pool: str | None = None,
     name: str | None = None,
+    array: Annotated[str | None, Query(description="the tasks of this job array")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: str | None = None,
 ) -> JobList:
@@ -103,7 +104,7 @@ def list_jobs(
     except ValueError as exc:
         raise Invalid(str(exc)) from None
     page = svc.jobs.list_jobs(
-        who, JobFilter(states, tenant, user, pool, name), limit=limit, cursor=cursor
+        who, JobFilter(states, tenant, user, pool, name, array), limit=limit, cursor=cursor
     )
     return JobList(jobs=[job_view(d.job, d) for d in page.details], next_cursor=page.next_cursor)
 
