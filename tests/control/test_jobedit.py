@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.control.errors import Invalid
@@ -19,20 +21,21 @@ SPEC = build_spec(
 )
 
 
-def test_each_key_changes_only_its_field() -> None:
-    assert updated_spec(SPEC, {"name": "train-2"}).name == "train-2"
-    assert updated_spec(SPEC, {"priority": "low"}).priority_class == "low"
-    assert updated_spec(SPEC, {"time_limit": "4h"}).time_limit_s == 4 * 3600
-    assert updated_spec(SPEC, {"time_limit": 90}).time_limit_s == 90 * 60  # minutes, as sbatch -t
-    assert updated_spec(SPEC, {"expected_duration": "30m"}).expected_duration_s == 1800
-    assert updated_spec(SPEC, {"preemptible": True}).preemptible is True
-    changed = updated_spec(SPEC, {"time_limit": "3h"})
-    assert (changed.name, changed.command, changed.resources, changed.expected_duration_s) == (
-        SPEC.name,
-        SPEC.command,
-        SPEC.resources,
-        SPEC.expected_duration_s,
-    )
+@pytest.mark.parametrize(
+    ("changes", "field", "value"),
+    [
+        ({"name": "train-2"}, "name", "train-2"),
+        ({"priority": "low"}, "priority_class", "low"),
+        ({"time_limit": "4h"}, "time_limit_s", 4 * 3600),
+        ({"time_limit": 90}, "time_limit_s", 90 * 60),  # minutes, as sbatch -t
+        ({"expected_duration": "30m"}, "expected_duration_s", 1800),
+        ({"preemptible": True}, "preemptible", True),
+    ],
+)
+def test_each_key_changes_only_its_field(
+    changes: dict[str, object], field: str, value: object
+) -> None:
+    assert updated_spec(SPEC, changes) == replace(SPEC, **{field: value})
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from gpupool.scheduling.decision import Decision, PendingReason
 from gpupool.scheduling.ordering import Fifo
 from gpupool.scheduling.placement.base import CapacityArrays, Choice, Shape
 from gpupool.scheduling.reservation import Release, Timeline
-from gpupool.scheduling.scheduler import _Cycle, schedule
+from gpupool.scheduling.scheduler import _Cycle, _Pool, schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from tests.scheduling.builders import SnapshotBuilder
 from tests.scheduling.test_properties import SETTINGS, snapshots
@@ -130,7 +130,7 @@ def test_the_timeline_matches_releasing_one_by_one(snap: ClusterSnapshot, milli:
     assert _same(found[1], expected[1])
 
 
-def _plain_sweep(self: _Cycle, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
+def _plain_sweep(self: _Cycle, sealed: _Pool, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
     """The definition: every job after the sealing one goes through ``consider`` in order."""
     for job in rest:
         if job.id not in self.running_ids:

@@ -223,7 +223,7 @@ def test_owner_holds_and_releases_a_pending_job_from_the_job_page(
     mark_page(page)
     page.wait_for_selector("#release")
     assert page.locator("#hold").count() == 0
-    assert "Held" in page.locator(".facts").inner_text()
+    assert "yes: it starts only once released" in page.locator(".facts").inner_text()
     check_page(page, "held job page")
     page.screenshot(path=str(shots / "job-held.png"), full_page=True)
     page.click("#release")

@@ -43,6 +43,21 @@ from gpupool.schemas.jobs import JobView
 JobIds = Annotated[list[str], typer.Argument(help="job ids")]
 
 
+def _apply(
+    gp: Client, job_ids: list[str], action: Callable[[Client, str], JobView], json_out: bool
+) -> None:
+    """``action`` on each job in turn, printing what became of each (or them all as JSON)."""
+    done = []
+    for job_id in job_ids:
+        job = action(gp, job_id)
+        done.append(job)
+        if not json_out:
+            held = ", held" if job.held and job.state == "PENDING" else ""
+            typer.echo(f"job {job.id} ({job.name}): {job.state}{held}")
+    if json_out:
+        print_json(done)
+
+
 def _command(name: str, doc: str, action: Callable[[Client, str], JobView]) -> Callable[..., None]:
     """A command that applies ``action`` to each job id in turn and prints what became of it."""
 
@@ -53,15 +68,7 @@ def _command(name: str, doc: str, action: Callable[[Client, str], JobView]) -> C
         json_out: JsonOpt = False,
     ) -> None:
         with session(server, token) as gp:
-            done = []
-            for job_id in job_ids:
-                job = action(gp, job_id)
-                done.append(job)
-                if not json_out:
-                    held = ", held" if job.held else ""
-                    typer.echo(f"job {job.id} ({job.name}): {job.state}{held}")
-            if json_out:
-                print_json(done)
+            _apply(gp, job_ids, action, json_out)
 
     command.__name__ = name
     command.__doc__ = doc
@@ -136,14 +143,7 @@ def cancel(  # noqa: PLR0917 - typer options
         if array is not None:
             tasks = gp.list(array=array, state=ACTIVE)
             ids += [t.id for t in sorted(tasks, key=lambda t: t.array_index or 0)]
-        done = []
-        for job_id in ids:
-            job = gp.cancel(job_id, reason)
-            done.append(job)
-            if not json_out:
-                typer.echo(f"job {job.id} ({job.name}): {job.state}")
-        if json_out:
-            print_json(done)
+        _apply(gp, ids, lambda c, job_id: c.cancel(job_id, reason), json_out)
 
 
 def update(  # noqa: PLR0917 - scontrol-like options

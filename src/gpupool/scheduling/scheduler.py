@@ -138,8 +138,7 @@ class _Cycle:
         self.started: list[Release] = []  # what this cycle started, ending at its expected end
         # Pools in strict order behind a blocked job with no quota to refuse anyone: every later
         # job of theirs gets the pool's shared answer (see sweep).
-        self.sealed: set[str] = set()
-        self.newly_sealed = False
+        self.sealed: _Pool | None = None  # the first such pool of this cycle
         self.unfit: list[str] = []  # pending jobs that fit nowhere in their pool, even empty
 
     # ----------------------------------------------------------------- helpers
@@ -197,9 +196,8 @@ class _Cycle:
             if job.id in running_ids:
                 continue  # already running (a stale queue entry): nothing to decide
             self.consider(job)
-            if self.newly_sealed:
-                self.newly_sealed = False
-                self.sweep(jobs[index:stop], ordering.ids[index:stop])
+            if self.sealed is not None:
+                self.sweep(self.sealed, jobs[index:stop], ordering.ids[index:stop])
                 break
         if stop < len(jobs):
             info = PendingInfo(
@@ -209,27 +207,25 @@ class _Cycle:
             tail = [i for i in ordering.ids[stop:] if i not in running_ids]
             self.pending.update(dict.fromkeys(tail, info))
 
-    def sweep(self, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
-        """Decide ``rest`` (ids ``ids``), the queue after a pool was sealed, without a call per
-        waiting job.
+    def sweep(self, sealed: _Pool, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
+        """Decide ``rest`` (ids ``ids``), the queue after ``sealed`` was sealed, without a call
+        per waiting job.
 
         A sealed pool's waiting jobs all get its shared answer (what :meth:`consider` would
-        give each of them). When every job left is such a job (one pool, none held, none
+        give each of them). When every job left is such a job (that pool, none held, none
         waiting out a delay, none already running: the usual long FIFO queue) they are answered
         in one step; otherwise each goes through :meth:`consider` in order, as before.
         """
-        sealed, running_ids = self.sealed, self.running_ids
+        running_ids, closed = self.running_ids, sealed.closed
+        assert closed is not None
         # The checks of consider, each over the whole rest in one C-level pass.
         if (
-            len(sealed) == 1
-            and rest
+            rest
             and not any(map(_HELD, rest))
             and max(map(_ELIGIBLE, rest)) <= self.now
-            and set(map(_POOL, rest)) == sealed
+            and set(map(_POOL, rest)) == {sealed.name}
             and running_ids.isdisjoint(ids)
         ):
-            closed = self.pools[next(iter(sealed))].closed
-            assert closed is not None
             self.pending.update(dict.fromkeys(ids, closed[1]))
             return
         for job in rest:
@@ -283,9 +279,8 @@ class _Cycle:
                     "(strict order: no backfill)"
                 )
                 closed = pool.closed = (blocker, PendingInfo(PendingReason.PRIORITY, message))
-                if pool.backfill.closes_all and self.ledger.admits_all:
-                    self.sealed.add(pool.name)
-                    self.newly_sealed = True
+                if self.sealed is None and pool.backfill.closes_all and self.ledger.admits_all:
+                    self.sealed = pool
             self.pending[job.id] = closed[1]
             return
         target = self.target(pool, gate.shadow)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gpupool.domain.nodes import Device, Node
 from gpupool.sim.alibaba import TraceFormatError, read_nodes, read_pods
-from gpupool.sim.workload import SimCluster, TraceJob, Workload
+from gpupool.sim.workload import SimCluster, TraceJob, Workload, trace_name
 
 TIME_COLUMNS = ("creation_time", "scheduled_time", "deletion_time")
 
@@ -126,8 +126,8 @@ def alibaba_workload(
                 preemptible=preemptible,
             )
         )
-    suffix = "" if time_scale == 1 else f" (times / {time_scale:g})"
-    return Workload(f"{path.name}{suffix}", tuple(jobs), skipped={"never ran": never_ran})
+    name = trace_name(path.name, shares=False, time_scale=time_scale)
+    return Workload(name, tuple(jobs), skipped={"never ran": never_ran})
 
 
 def _header(path: Path) -> set[str]:

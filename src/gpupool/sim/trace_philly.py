@@ -28,7 +28,7 @@ import numpy as np
 
 from gpupool.domain.nodes import Device, Node
 from gpupool.sim.alibaba import TraceFormatError, read_pods
-from gpupool.sim.workload import SimCluster, TraceJob, Workload, gang
+from gpupool.sim.workload import SimCluster, TraceJob, Workload, gang, trace_name
 
 TRACE_COLUMNS = (
     "job_type",
@@ -179,11 +179,8 @@ def philly_workload(
                     preemptible=True,
                 )
             )
-    name = paths[0].parent.name if len(paths) > 1 else paths[0].name
-    if mix is not None:
-        name += " + Alibaba shares"
-    if time_scale != 1:
-        name += f" (times / {time_scale:g})"
+    base = paths[0].parent.name if len(paths) > 1 else paths[0].name
+    name = trace_name(base, shares=mix is not None, time_scale=time_scale)
     return Workload(name, tuple(jobs))
 
 

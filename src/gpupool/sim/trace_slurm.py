@@ -43,7 +43,7 @@ import numpy as np
 
 from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.sim.alibaba import TraceFormatError
-from gpupool.sim.workload import TraceJob, Workload, gang
+from gpupool.sim.workload import TraceJob, Workload, gang, trace_name
 
 NEEDED = ("jobid", "submit", "start", "end")
 _UNSET = {"", "unknown", "none", "n/a"}
@@ -216,9 +216,5 @@ def slurm_workload(
                 preemptible=priority != "high",
             )
         )
-    name = path.name
-    if mix is not None:
-        name += " + Alibaba shares"
-    if time_scale != 1:
-        name += f" (times / {time_scale:g})"
+    name = trace_name(path.name, shares=mix is not None, time_scale=time_scale)
     return Workload(name, tuple(jobs))

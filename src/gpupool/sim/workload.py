@@ -161,6 +161,15 @@ def equal_quotas(workload: Workload, cluster: SimCluster, pool: str = "default")
     return replace(workload, quotas=quotas)
 
 
+def trace_name(base: str, *, shares: bool, time_scale: float) -> str:
+    """A workload's name: the trace's, with what the adapter changed (shares, time scale)."""
+    if shares:
+        base += " + Alibaba shares"
+    if time_scale != 1:
+        base += f" (times / {time_scale:g})"
+    return base
+
+
 def gang(gpus: int, per_node: int) -> tuple[int, int]:
     """(replicas, GPUs per replica) for a job of ``gpus`` GPUs on ``per_node``-GPU machines."""
     if gpus <= per_node:

@@ -65,19 +65,20 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
             workdir_upload=body.workdir_upload,
         )
         views = [job_view(t) for t in tasks]
-        array_view = SubmitJobResponse(job=views[0], created=created, array=views)
-        return Response(
-            array_view.model_dump_json(),
-            status_code=201 if created else 200,
-            media_type="application/json",
-        )
-    if body.workdir_upload is None:
-        job, created = await svc.jobs.submit_async(act, body.spec, key, held=body.hold)
+        view = SubmitJobResponse(job=views[0], created=created, array=views)
     else:
-        job, created = await run_in_threadpool(
-            svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload, held=body.hold
-        )
-    view = SubmitJobResponse(job=job_view(job), created=created)
+        if body.workdir_upload is None:
+            job, created = await svc.jobs.submit_async(act, body.spec, key, held=body.hold)
+        else:
+            job, created = await run_in_threadpool(
+                svc.jobs.submit,
+                act,
+                body.spec,
+                key,
+                workdir_upload=body.workdir_upload,
+                held=body.hold,
+            )
+        view = SubmitJobResponse(job=job_view(job), created=created)
     # The view was validated when built: serialise it as it is (FastAPI would validate the
     # returned model again against response_model).
     return Response(
