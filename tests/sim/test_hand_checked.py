@@ -160,3 +160,22 @@ def test_report_numbers_of_the_hand_checked_trace() -> None:
     assert pooled.used_gpu_hours * 3600 == pytest.approx(190)
     assert exclusive.used_gpu_hours * 3600 == pytest.approx(220)
     assert pooled.preemptions == exclusive.preemptions == 0
+
+
+def test_a_job_needing_one_slot_preempts_exactly_one_of_three_during_the_grace() -> None:
+    # The live server's scenario (tests/e2e/test_preemption.py) in the replay: three preemptible
+    # one-GPU jobs fill a 3-GPU machine; a high-priority one-GPU job arrives at 400. The victim
+    # keeps its slices for its 15 s grace while cycles run every second; each cycle must see the
+    # replica stopping for the high job and wait, so one job is preempted, not three.
+    trace = workload(
+        *(
+            job(f"low{i}", 0, 1, 1000, tenant="team-b", priority="low", preemptible=True)
+            for i in range(3)
+        ),
+        job("high", 400, 1, 20, tenant="team-a", priority="high"),
+    )
+    options = ReplayOptions(checkpoint_interval_s=None, grace_period_s=15, tick_s=1.0)
+    result = replay(trace, cluster(3), get_scenario("pooled"), options)
+    by_id = {j.id: j for j in result.jobs}
+    assert (by_id["high"].first_start, by_id["high"].end_time) == (415, 435)
+    assert sum(by_id[f"low{i}"].preemptions for i in range(3)) == 1

@@ -119,9 +119,16 @@ def release_slices(session: Session, assignment_ids: list[str]) -> None:
 
 
 def order_stop(
-    session: Session, job_id: str, reason: str, signal: str, grace_s: float
+    session: Session,
+    job_id: str,
+    reason: str,
+    signal: str,
+    grace_s: float,
+    *,
+    for_job: str | None = None,
 ) -> list[str]:
-    """Set a stop order on every live assignment of a job; returns their ids."""
+    """Set a stop order on every live assignment of a job; returns their ids. ``for_job`` names
+    the job a preemption makes room for (kept on the assignment for the next snapshots)."""
     rows = list(
         session.scalars(
             select(AssignmentModel).where(
@@ -134,5 +141,6 @@ def order_stop(
             a.stop_reason = reason
             a.stop_signal = signal
             a.stop_grace_s = grace_s
+            a.stop_for = for_job
     mark(session, (a.node for a in rows))
     return [a.id for a in rows]

@@ -177,10 +177,10 @@ class SchedulingLoop:
                 why = f"preempted for job {p.for_job}: {p.message}"
                 if state is JobState.RUNNING:
                     move(s, row, JobState.COMPLETING, now, reason=why)
-                    order_stop(s, row.id, "preempt", signal, grace)
+                    order_stop(s, row.id, "preempt", signal, grace, for_job=p.for_job)
                     preempted.append(row.id)
                 elif state is JobState.CONFIGURING:
-                    order_stop(s, row.id, "preempt", signal, grace)
+                    order_stop(s, row.id, "preempt", signal, grace, for_job=p.for_job)
                     move(s, row, JobState.PREEMPTED, now, reason=why)
                     requeue_if_allowed(s, row, now)
                     preempted.append(row.id)

@@ -7,7 +7,8 @@ Read in one transaction, so the picture is consistent. Words:
 - **budget used**: whole-GPU hours the tenant used in the pool within its quota's budget window.
 
 Devices on nodes that are down are given health ``unknown``, so nothing is placed on them.
-A replica whose assignment has a stop order is *stopping* (``preempted_for`` is set).
+A replica whose assignment has a stop order is *stopping* (``stop_ordered``); when the stop is a
+preemption, ``preempted_for`` names the job it makes room for (``assignments.stop_for``).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
                 cpu_milli=int(spec["resources"]["cpu_milli"]),
                 host_memory_mib=int(spec["resources"]["host_memory_mib"]),
                 grace_period_s=float(spec.get("grace_period_s", 30.0)),
-                preempted_for=a.stop_reason if a.stop_reason is not None else None,
+                preempted_for=a.stop_for,
+                stop_ordered=a.stop_reason is not None,
             )
         )
     quotas = list(s.scalars(select(QuotaModel)))

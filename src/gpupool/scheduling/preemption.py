@@ -148,7 +148,7 @@ def preemptible_jobs(
         if now - first.start_time < exempt_s:
             continue
         if len(replicas) == 1:  # the common case, without generator overhead
-            if not first.preemptible or first.preempted_for is not None:
+            if not first.preemptible or first.stopping:
                 continue
             one = held_by(first)
             if one is None:

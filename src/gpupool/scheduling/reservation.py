@@ -185,7 +185,7 @@ def running_releases(
     """A release for each running replica, except those of jobs in ``taken`` (victims chosen
     this cycle) and those on nodes the capacity does not know.
 
-    A stopping replica (``preempted_for``) ends after its grace period from ``now``; any other at
+    A stopping replica (``stopping``) ends after its grace period from ``now``; any other at
     its ``expected_end``. The latter depends only on the replica and the layout, so it is
     memoised there per replica object (``layout.releases``, like the slots in ``held``).
     """
@@ -198,7 +198,7 @@ def running_releases(
         if job_id in taken:
             continue
         for r in replicas:
-            stopping = r.preempted_for is not None
+            stopping = r.stopping
             if not stopping:
                 entry = get(id(r))
                 if entry is not None and entry[0] is r:

@@ -14,9 +14,10 @@ Words:
 - **borrowing**: a running job that holds capacity above its tenant's guaranteed quota in its
   pool; it may be reclaimed. ``None`` lets the admission stage work it out (the tenant's jobs
   started last are the ones above the guarantee).
-- **stopping**: a replica already being preempted (``preempted_for`` names the job it makes
-  room for). Its slices still count as taken until it is gone; it is never chosen as a victim
-  again, and the job it stops for waits instead of preempting more.
+- **stopping**: a replica with a stop order (``stop_ordered``: cancelled, preempted, its gang or
+  node lost...) or already being preempted (``preempted_for`` names the job it makes room for).
+  Its slices still count as taken until it is gone; it is never chosen as a victim again, and
+  the job it stops for waits instead of preempting more.
 - **usage**: a tenant's half-life-decayed usage in milli-GPU·seconds, computed by the caller
   (the scheduler reads no clock and keeps no history).
 - **budget used**: GPU-hours a tenant used in a pool in the current budget window.
@@ -68,6 +69,7 @@ class RunningReplica:
     borrowing: bool | None = None
     grace_period_s: float = 30.0
     preempted_for: str | None = None
+    stop_ordered: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.milli_per_device <= 1000:
@@ -80,8 +82,8 @@ class RunningReplica:
 
     @property
     def stopping(self) -> bool:
-        """True when this replica is already being preempted."""
-        return self.preempted_for is not None
+        """True when this replica is already stopping (preempted, or any other stop order)."""
+        return self.stop_ordered or self.preempted_for is not None
 
     @property
     def gpu_milli(self) -> int:

@@ -223,6 +223,9 @@ class AssignmentModel(Base):
     stop_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stop_signal: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stop_grace_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The job a preemption stop makes room for (``None`` for every other stop): the snapshot
+    # gives it to the scheduler, so that job waits for this replica instead of preempting more.
+    stop_for: Mapped[str | None] = mapped_column(String(32), nullable=True)
     isolation: Mapped[str | None] = mapped_column(String(16), nullable=True)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
