@@ -215,11 +215,20 @@ class NodeService:
         self.cp.poke()
         return node
 
-    def mark_silent_nodes_down(self) -> list[str]:
-        """Mark nodes past their heartbeat timeout down and fail their live assignments."""
+    def mark_silent_nodes_down(self, watching_since: float) -> list[str]:
+        """Mark nodes past their heartbeat timeout down and fail their live assignments.
+
+        ``watching_since`` is when the caller began to watch heartbeats without a break
+        (its start, its take-over as leader, or the store coming back after an outage).
+        Silence before that moment proves nothing: the agents may have been knocking on a
+        stopped server or a server without its store. So a node is judged only on
+        ``node_timeout_s`` of silence after it, and nobody is judged while that grace runs.
+        """
         now = self.cp.now()
         deadline = now - self.cp.settings.node_timeout_s
         downed: list[str] = []
+        if watching_since > deadline:
+            return downed
         with self.cp.tx() as s:
             silent = list(
                 s.scalars(
