@@ -86,7 +86,7 @@ def test_no_device_is_ever_over_capacity(sequence: list[tuple[str, str | int]]) 
                 elif op == "silence":
                     clock.advance(cp.settings.node_timeout_s + 1)
                     heartbeat(cp, "n2")
-                    loop.nodes.mark_silent_nodes_down()
+                    loop.nodes.mark_silent_nodes_down(watching_since=0.0)
                 _check(cp)
         finally:
             loop.leadership.release()

@@ -200,7 +200,7 @@ def test_a_silent_node_fails_its_jobs_over_and_they_requeue(
     clock.advance(cp.settings.node_timeout_s + 1)
     other = "n2" if node == "n1" else "n1"
     heartbeat(cp, other)
-    assert loop.nodes.mark_silent_nodes_down() == [node]
+    assert loop.nodes.mark_silent_nodes_down(watching_since=0.0) == [node]
     detail = JobService(cp).get(ADMIN.principal, job.id)
     assert detail.job.state is JobState.PENDING
     assert detail.job.restart_count == 1
@@ -243,7 +243,7 @@ def test_a_replica_still_running_after_its_node_was_failed_over_is_killed(
     aid = heartbeat(cp).start[0].assignment_id
     heartbeat(cp, replicas=[running(aid)])
     clock.advance(cp.settings.node_timeout_s + 1)
-    assert loop.nodes.mark_silent_nodes_down() == ["n1"]
+    assert loop.nodes.mark_silent_nodes_down(watching_since=0.0) == ["n1"]
     back = heartbeat(cp, replicas=[running(aid)])  # the node returns, its replica still runs
     assert [(o.assignment_id, o.signal) for o in back.stop] == [(aid, "SIGKILL")]
     assert back.finished_ack == []

@@ -105,7 +105,7 @@ def test_quota_rules() -> None:
 
 def test_tenant_and_priority_class_validation() -> None:
     assert Tenant("vision").fair_share == 1.0
-    with pytest.raises(InvalidValue, match="above 0"):
+    with pytest.raises(InvalidValue, match=r"out of range: use a number from 0\.001 to 1000000"):
         Tenant("vision", fair_share=0)
     with pytest.raises(InvalidValue, match="out of range"):
         PriorityClass("urgent", -1)

@@ -140,6 +140,7 @@ class Agent:
         self.interval_s = config.heartbeat_interval_s
         self.registered = False
         self.backoff = Backoff()
+        self.backoff.cap_at(self.interval_s)
         self.last_error: str | None = None
         self._meta_path = config.state_dir / "agent.json"
         meta = read_json(self._meta_path) or {}
@@ -197,6 +198,7 @@ class Agent:
         answer = self.transport.register(self.register_request())
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
+        self.backoff.cap_at(self.interval_s)
         self.registered = True
 
     # ------------------------------------------------------------------ observing
@@ -339,6 +341,7 @@ class Agent:
             return  # a deposed leader's late answer
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
+        self.backoff.cap_at(self.interval_s)
         if not answer.registered:
             self.registered = False
             return

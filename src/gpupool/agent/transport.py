@@ -147,13 +147,24 @@ class HttpTransport:
 
 
 class Backoff:
-    """Exponential backoff with jitter: 0.5 s, 1 s, 2 s, ... up to ``cap_s``, each ×[0.5, 1]."""
+    """Exponential backoff with jitter: 0.5 s, 1 s, 2 s, ... up to ``cap_s``, each ×[0.5, 1].
 
-    def __init__(self, base_s: float = 0.5, cap_s: float = 30.0, seed: int | None = None) -> None:
+    An agent must be back within the server's node timeout once the server (or its store)
+    returns, or its jobs are failed over: the server gives agents one node timeout of grace
+    after such an outage, no more. So the agent caps its retries at its heartbeat interval
+    (:meth:`cap_at`), which the server keeps well below the node timeout; retrying no faster
+    than it normally heartbeats adds no load the server does not already carry.
+    """
+
+    def __init__(self, base_s: float = 0.5, cap_s: float = 5.0, seed: int | None = None) -> None:
         self.base_s = base_s
         self.cap_s = cap_s
         self.failures = 0
         self._rng = random.Random(seed)
+
+    def cap_at(self, seconds: float) -> None:
+        """Never wait longer than ``seconds`` between tries (the heartbeat interval)."""
+        self.cap_s = max(seconds, 0.05)
 
     def next_delay(self) -> float:
         delay = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))

@@ -24,6 +24,7 @@ from gpupool.cli.session import (
     session,
 )
 from gpupool.control.clock import SystemClock
+from gpupool.domain.tenants import FAIR_SHARE_RANGE
 from gpupool.domain.units import format_gpus, parse_duration, parse_gpus, parse_memory
 
 
@@ -145,7 +146,12 @@ def tenants_main(
 @tenants_app.command("set")
 def tenants_set(  # noqa: PLR0917 - typer options
     name: Annotated[str, typer.Argument(help="tenant name")],
-    fair_share: Annotated[float, typer.Option(help="relative share for fair-share ordering")] = 1.0,
+    fair_share: Annotated[
+        float,
+        typer.Option(
+            help=f"relative share for fair-share ordering, {FAIR_SHARE_RANGE} (1 = equal)"
+        ),
+    ] = 1.0,
     display_name: Annotated[str, typer.Option(help="name shown in reports")] = "",
     server: ServerOpt = None,
     token: TokenOpt = None,

@@ -120,6 +120,9 @@ class SchedulingLoop:
         self.nodes = NodeService(cp)
         self.uploads = UploadService(cp)
         self._next_prune = 0.0
+        # Since when this loop has led with its store reachable, without a break (None: not
+        # now). Heartbeats are judged only on silence after it (see mark_silent_nodes_down).
+        self.watching_since: float | None = None
         self.priorities: Mapping[str, PriorityFactors] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -234,10 +237,22 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ the thread
     def run_once(self) -> CycleResult | None:
-        """Failure detection and one cycle if we lead; ``None`` when not leading."""
+        """Failure detection and one cycle if we lead; ``None`` when not leading.
+
+        The grace period: after this server starts, takes over as leader, or gets its store
+        back after an outage (an :class:`Unavailable` from a cycle), nodes are not judged
+        until they have had ``node_timeout_s`` to heartbeat again.
+        """
         if not self.leadership.try_acquire():
+            self.watching_since = None
             return None
-        self.nodes.mark_silent_nodes_down()
+        if self.watching_since is None:
+            self.watching_since = self.cp.now()
+        try:
+            self.nodes.mark_silent_nodes_down(self.watching_since)
+        except Unavailable:
+            self.watching_since = None
+            raise
         if self.cp.now() >= self._next_prune:
             gone = self.uploads.prune()
             if gone:
@@ -255,9 +270,11 @@ class SchedulingLoop:
                 self.run_once()
             except NotLeader as exc:
                 log.warning("%s; stepping down", exc)
+                self.watching_since = None
                 self.leadership.release()
             except Unavailable as exc:
                 log.warning("scheduling paused: %s", exc)
+                self.watching_since = None  # heartbeats could not be recorded meanwhile
                 self._stop.wait(1.0)
             except Exception:
                 log.exception("scheduling cycle failed; retrying at the next tick")

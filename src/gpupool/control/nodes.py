@@ -197,7 +197,7 @@ class NodeService:
         for view in self.list_nodes(principal):
             if view.node.name == name:
                 return view
-        raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+        raise NotFound(f"node {name!r} not found: list nodes with `gpupool nodes`")
 
     def set_state(self, actor: Actor, name: str, state: NodeState) -> Node:
         """Drain a node (nothing new placed, running jobs finish) or bring it back up."""
@@ -208,18 +208,27 @@ class NodeService:
         with self.cp.tx() as s:
             row = s.get(NodeModel, name)
             if row is None:
-                raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+                raise NotFound(f"node {name!r} not found: list nodes with `gpupool nodes`")
             row.state = state.value
             audit.record(s, actor, f"node.{state.value}", now, target=name)
             node = node_from_row(row)
         self.cp.poke()
         return node
 
-    def mark_silent_nodes_down(self) -> list[str]:
-        """Mark nodes past their heartbeat timeout down and fail their live assignments."""
+    def mark_silent_nodes_down(self, watching_since: float) -> list[str]:
+        """Mark nodes past their heartbeat timeout down and fail their live assignments.
+
+        ``watching_since`` is when the caller began to watch heartbeats without a break
+        (its start, its take-over as leader, or the store coming back after an outage).
+        Silence before that moment proves nothing: the agents may have been knocking on a
+        stopped server or a server without its store. So a node is judged only on
+        ``node_timeout_s`` of silence after it, and nobody is judged while that grace runs.
+        """
         now = self.cp.now()
         deadline = now - self.cp.settings.node_timeout_s
         downed: list[str] = []
+        if watching_since > deadline:
+            return downed
         with self.cp.tx() as s:
             silent = list(
                 s.scalars(

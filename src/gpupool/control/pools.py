@@ -45,7 +45,7 @@ class PoolService:
         with self.cp.read() as s:
             row = s.get(PoolModel, name)
             if row is None:
-                raise NotFound(f"pool {name!r} not found: list pools with `gpupool pool list`")
+                raise NotFound(f"pool {name!r} not found: list pools with `gpupool pools`")
             return pool_from_row(row)
 
     def put(self, actor: Actor, pool: Pool) -> tuple[Pool, bool]:
@@ -94,7 +94,7 @@ class PoolService:
         with self.cp.tx() as s:
             device = s.get(DeviceModel, uuid)
             if device is None:
-                raise NotFound(f"device {uuid!r} not found: list devices with `gpupool node list`")
+                raise NotFound(f"device {uuid!r} not found: list devices with `gpupool gpus`")
             if s.get(PoolModel, pool) is None:
                 raise Invalid(f"pool {pool!r} does not exist: create it first")
             device.pool = pool

@@ -16,7 +16,7 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.control.snapshot import decayed_usage
 from gpupool.domain.errors import InvalidValue
-from gpupool.domain.tenants import PriorityClass, Quota, Tenant
+from gpupool.domain.tenants import PriorityClass, Quota, Tenant, stored_fair_share
 from gpupool.domain.users import Permission
 from gpupool.store.mapping import priority_class_from_row, quota_from_row, tenant_from_row
 from gpupool.store.models import (
@@ -30,7 +30,7 @@ from gpupool.store.models import (
 
 
 def _not_found(name: str) -> NotFound:
-    return NotFound(f"tenant {name!r} not found: list tenants with `gpupool tenant list`")
+    return NotFound(f"tenant {name!r} not found: list tenants with `gpupool tenants`")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def standings(shares: dict[str, float], usage: dict[str, float]) -> dict[str, St
     out = {}
     for t, share in shares.items():
         used = max(0.0, usage.get(t, 0.0))
-        if total_usage <= 0 or total_share <= 0:
+        if total_usage <= 0 or total_share <= 0 or share <= 0:
             factor = 1.0
         else:
             factor = float(2.0 ** (-(used / total_usage) / (share / total_share)))
@@ -78,7 +78,7 @@ class TenantService:
         require(principal, Permission.TENANT_READ)
         with self.cp.read() as s:
             rows = s.execute(select(TenantModel.name, TenantModel.fair_share))
-            shares = {str(name): float(share) for name, share in rows}
+            shares = {str(name): stored_fair_share(share) for name, share in rows}
             usage = decayed_usage(s, self.cp.now())
         return {t: v for t, v in standings(shares, usage).items() if tenant_visible(principal, t)}
 

@@ -16,10 +16,43 @@ Quota words, as the scheduler's admission stage uses them:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import validate_name
+
+#: The accepted range of a tenant's ``fair_share`` (1.0 is an equal share). Bounded so that
+#: every ratio the fair-share factor takes (share / sum of shares, usage / share) stays a
+#: finite, non-zero float for any number of tenants.
+FAIR_SHARE_MIN = 0.001
+FAIR_SHARE_MAX = 1_000_000.0
+FAIR_SHARE_RANGE = f"from {FAIR_SHARE_MIN:g} to {FAIR_SHARE_MAX:.0f}"
+
+
+def check_fair_share(value: float, tenant: str | None = None) -> float:
+    """``value`` when it is a finite fair share in range; otherwise :class:`InvalidValue`."""
+    whose = f"tenant {tenant}: " if tenant else ""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidValue(
+            f"{whose}fair_share must be a number {FAIR_SHARE_RANGE}", field="fair_share"
+        )
+    if not math.isfinite(value) or not FAIR_SHARE_MIN <= value <= FAIR_SHARE_MAX:
+        raise InvalidValue(
+            f"{whose}fair_share {value!r} is out of range: use a number {FAIR_SHARE_RANGE} "
+            "(1.0 is an equal share, 2 twice that)",
+            field="fair_share",
+        )
+    return float(value)
+
+
+def stored_fair_share(value: float | None) -> float:
+    """A fair share read from the store, made safe: rows written before the range was enforced
+    may hold anything. Out-of-range numbers read as the nearest bound, NaN or nothing as 1.0
+    (an equal share); setting the tenant again stores a valid value."""
+    if value is None or math.isnan(value):
+        return 1.0
+    return min(max(float(value), FAIR_SHARE_MIN), FAIR_SHARE_MAX)
 
 
 @dataclass(frozen=True)
@@ -32,11 +65,7 @@ class Tenant:
 
     def __post_init__(self) -> None:
         validate_name("tenant", self.name)
-        if self.fair_share <= 0:
-            raise InvalidValue(
-                f"tenant {self.name}: fair_share must be above 0 (1.0 is an equal share)",
-                field="fair_share",
-            )
+        check_fair_share(self.fair_share, self.name)
 
 
 @dataclass(frozen=True)

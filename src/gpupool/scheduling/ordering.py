@@ -130,7 +130,9 @@ def _fairshare_table(snapshot: ClusterSnapshot) -> Mapping[str, float]:
             continue
         used = max(0.0, snapshot.usage.get(tenant, 0.0)) / total_usage
         share = snapshot.fair_share(tenant) / total_share
-        table[tenant] = float(2.0 ** (-used / share))
+        # Shares are bounded (domain.tenants.FAIR_SHARE_MIN/MAX), so ``share`` is never 0 for
+        # a real snapshot; a hand-made one still must not divide by zero.
+        table[tenant] = float(2.0 ** (-used / share)) if share > 0 else (0.0 if used else 1.0)
     return table
 
 

@@ -6,8 +6,15 @@ prices are per whole GPU per hour in the pool's currency.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.tenants import (
+    FAIR_SHARE_MAX,
+    FAIR_SHARE_MIN,
+    FAIR_SHARE_RANGE,
+    check_fair_share,
+)
 from gpupool.schemas.base import WireModel
 
 
@@ -60,8 +67,25 @@ class TenantView(WireModel):
 
 
 class PutTenantRequest(WireModel):
-    fair_share: float = Field(default=1.0, gt=0)
+    fair_share: float = Field(
+        default=1.0,
+        ge=FAIR_SHARE_MIN,
+        le=FAIR_SHARE_MAX,
+        description=f"relative share for fair-share ordering, {FAIR_SHARE_RANGE} (1 = equal)",
+    )
     display_name: str = Field(default="", max_length=200)
+
+    @field_validator("fair_share", mode="before")
+    @classmethod
+    def _in_range(cls, value: object) -> object:
+        # Before pydantic's own checks, so every refusal (NaN, Infinity, 1e308, -1) states the
+        # accepted range in the same words as the domain does.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                check_fair_share(value)
+            except InvalidValue as exc:
+                raise ValueError(exc.message) from None
+        return value
 
 
 class PriorityClassView(WireModel):

@@ -16,7 +16,7 @@ from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.states import JobState
-from gpupool.domain.tenants import PriorityClass, Quota, Tenant
+from gpupool.domain.tenants import PriorityClass, Quota, Tenant, stored_fair_share
 from gpupool.domain.transitions import JobEvent
 from gpupool.domain.users import Role, User
 from gpupool.store.models import (
@@ -237,7 +237,8 @@ def pool_from_row(row: PoolModel) -> Pool:
 
 
 def tenant_from_row(row: TenantModel) -> Tenant:
-    return Tenant(name=row.name, fair_share=row.fair_share, display_name=row.display_name)
+    share = stored_fair_share(row.fair_share)  # rows from before the range was enforced
+    return Tenant(name=row.name, fair_share=share, display_name=row.display_name)
 
 
 def quota_from_row(row: QuotaModel) -> Quota:
