@@ -309,7 +309,7 @@ class JobService:
                     continue
                 if not has_pool:
                     outcomes[n] = Invalid(
-                        f"pool {spec.pool!r} does not exist: use one of `gpupool pool list`"
+                        f"pool {spec.pool!r} does not exist: use one of `gpupool pools`"
                     )
                     continue
                 if priority is None:

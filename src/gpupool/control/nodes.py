@@ -197,7 +197,7 @@ class NodeService:
         for view in self.list_nodes(principal):
             if view.node.name == name:
                 return view
-        raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+        raise NotFound(f"node {name!r} not found: list nodes with `gpupool nodes`")
 
     def set_state(self, actor: Actor, name: str, state: NodeState) -> Node:
         """Drain a node (nothing new placed, running jobs finish) or bring it back up."""
@@ -208,7 +208,7 @@ class NodeService:
         with self.cp.tx() as s:
             row = s.get(NodeModel, name)
             if row is None:
-                raise NotFound(f"node {name!r} not found: list nodes with `gpupool node list`")
+                raise NotFound(f"node {name!r} not found: list nodes with `gpupool nodes`")
             row.state = state.value
             audit.record(s, actor, f"node.{state.value}", now, target=name)
             node = node_from_row(row)

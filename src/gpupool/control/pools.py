@@ -45,7 +45,7 @@ class PoolService:
         with self.cp.read() as s:
             row = s.get(PoolModel, name)
             if row is None:
-                raise NotFound(f"pool {name!r} not found: list pools with `gpupool pool list`")
+                raise NotFound(f"pool {name!r} not found: list pools with `gpupool pools`")
             return pool_from_row(row)
 
     def put(self, actor: Actor, pool: Pool) -> tuple[Pool, bool]:
@@ -82,7 +82,8 @@ class PoolService:
             if devices or jobs:
                 raise Conflict(
                     f"pool {name} still has {devices} devices and {jobs} jobs: move the devices "
-                    "to another pool (`gpupool device move`) and let its jobs finish first"
+                    "to another pool (POST /v1/devices/{uuid}/pool, Client.move_device) and let "
+                    "its jobs finish first"
                 )
             s.delete(row)
             audit.record(s, actor, "pool.delete", now, target=name)
@@ -94,7 +95,7 @@ class PoolService:
         with self.cp.tx() as s:
             device = s.get(DeviceModel, uuid)
             if device is None:
-                raise NotFound(f"device {uuid!r} not found: list devices with `gpupool node list`")
+                raise NotFound(f"device {uuid!r} not found: list devices with `gpupool gpus`")
             if s.get(PoolModel, pool) is None:
                 raise Invalid(f"pool {pool!r} does not exist: create it first")
             device.pool = pool

@@ -30,7 +30,7 @@ from gpupool.store.models import (
 
 
 def _not_found(name: str) -> NotFound:
-    return NotFound(f"tenant {name!r} not found: list tenants with `gpupool tenant list`")
+    return NotFound(f"tenant {name!r} not found: list tenants with `gpupool tenants`")
 
 
 @dataclass(frozen=True)
