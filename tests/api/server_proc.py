@@ -5,8 +5,9 @@
         httpx.get(server.url + "/v1/whoami", headers={"Authorization": f"Bearer {token}"})
 
 The server gets a free port, its own ``$GPUPOOL_HOME`` (SQLite there unless ``database_url``
-is given), and is ready when ``/readyz`` answers 200. ``kill()`` sends SIGKILL (a crash);
-``start()`` again restarts it on the same port and home.
+is given), and is ready when ``/readyz`` answers 200: ``start()`` waits for that as long as the
+process is alive (see :mod:`tests.readiness`; no clock but a generous failsafe). ``kill()`` sends
+SIGKILL (a crash); ``start()`` again restarts it on the same port and home.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
+from tests.readiness import FAILSAFE_S, answers_ready, wait_ready
 
 LAUNCH = "from gpupool.cli.main import main; main()"
 
@@ -51,7 +51,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = home.parent / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, failsafe_s: float = FAILSAFE_S) -> None:
         args = [sys.executable, "-c", LAUNCH, "server", "--home", str(self.home)]
         args += ["--port", str(self.port), *self.extra_args]
         if self.database_url:
@@ -61,20 +61,17 @@ class ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.wait_ready(timeout)
+        self.wait_ready(failsafe_s)
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"server not ready after {timeout}s:\n{self.tail()}")
+    def wait_ready(self, failsafe_s: float = FAILSAFE_S) -> None:
+        """Wait until ``/readyz`` answers 200 while the process lives (its log if it dies)."""
+        wait_ready(
+            lambda: answers_ready(self.url),
+            what=f"gpupool server on port {self.port}",
+            proc=self.proc,
+            log=self.log,
+            failsafe_s=failsafe_s,
+        )
 
     def tail(self, lines: int = 30) -> str:
         try:

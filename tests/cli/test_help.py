@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
 from typer.testing import CliRunner
 
-from gpupool.cli.main import app
+from gpupool.cli.main import app, root_command
 
 CLIENT_COMMANDS = [
     "submit",
@@ -40,7 +39,7 @@ CLIENT_COMMANDS = [
 
 
 def _commands() -> dict[str, Any]:
-    root = typer.main.get_command(app)
+    root = root_command()
     found: dict[str, Any] = {}
     for name in CLIENT_COMMANDS:
         command = root.commands[name]  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.e2e.pool import free_port, wait_for
+from tests.readiness import answers_ready, wait_ready
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SYSTEMD = DEPLOY / "systemd"
@@ -126,14 +127,13 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     (d.root / "var").mkdir()
     d.start("server", "gpupool-server.service", server_env)
 
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{d.url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_for(ready, 60, "the server from gpupool-server.service")
+        wait_ready(
+            lambda: answers_ready(d.url),
+            what="the server from gpupool-server.service",
+            proc=d.procs["server"],
+            log=d.root / "server.log",
+        )
         admin = (d.root / "var" / "admin-token").read_text().strip()
         d.http = httpx.Client(
             base_url=d.url, headers={"Authorization": f"Bearer {admin}"}, timeout=20
@@ -146,7 +146,12 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         agent_env = _env_file("agent.env")
         agent_env["GPUPOOL_SERVER"] = d.url
         d.start("agent", "gpupool-agent.service", agent_env, "--simulate", "2xT4", "--node", "n1")
-        wait_for(lambda: d.api("GET", "/v1/nodes"), 60, "the agent from gpupool-agent.service")
+        wait_ready(
+            lambda: d.api("GET", "/v1/nodes"),
+            what="the agent from gpupool-agent.service",
+            proc=d.procs["agent"],
+            log=d.root / "agent.log",
+        )
         yield d
     finally:
         for proc in d.procs.values():

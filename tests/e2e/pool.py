@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.readiness import answers_ready, wait_ready
+
 T = TypeVar("T")
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -156,13 +158,12 @@ class Pool:
             start_new_session=True,
         )
 
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(ready, 60, "the server to be ready")
+        wait_ready(
+            lambda: answers_ready(self.url),
+            what="the server",
+            proc=self.server,
+            log=self.root / "server.log",
+        )
         token = (self.home / "admin-token").read_text().strip()
         self.http = httpx.Client(
             base_url=self.url, timeout=20, headers={"Authorization": f"Bearer {token}"}
@@ -200,14 +201,15 @@ class Pool:
             start_new_session=True,
         )
         self.agents[node] = proc
-        wait_for(
+        wait_ready(
             lambda: (
                 self.node(node) is not None
                 and self.node(node)["state"] == "up"
                 and self.node(node)["last_heartbeat"] is not None
             ),
-            60,
-            f"agent {node} up",
+            what=f"agent {node} up",
+            proc=proc,
+            log=self.root / f"agent-{node}.log",
         )
         return proc
 

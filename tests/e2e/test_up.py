@@ -11,13 +11,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.pool import free_port, wait_for
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+from tests.readiness import answers_ready, wait_ready
 
 
 def test_up_runs_a_job_from_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
@@ -33,10 +27,17 @@ def test_up_runs_a_job_from_the_api_and_stops_cleanly_on_ctrl_c(tmp_path: Path) 
         start_new_session=True,
     )
     try:
-        wait_for(lambda: _ready(url), 60, "gpupool up to answer")
+        wait_ready(
+            lambda: answers_ready(url), what="gpupool up", proc=proc, log=tmp_path / "up.log"
+        )
         token = (tmp_path / "home" / "admin-token").read_text().strip()
         http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
-        wait_for(lambda: http.get("/v1/nodes").json(), 60, "the local agent to register")
+        wait_ready(
+            lambda: http.get("/v1/nodes").json(),
+            what="the local agent to register",
+            proc=proc,
+            log=tmp_path / "up.log",
+        )
         body = {
             "spec": {
                 "name": "hello",

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.readiness import answers_ready, wait_ready
+
 T = TypeVar("T")
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -81,18 +83,16 @@ class LivePool:
         return proc
 
     def start(self, *, agent: bool = True) -> None:
-        self._spawn(
+        server = self._spawn(
             "server", "server", "--home", str(self.home), "--port", str(self.port),
             "--heartbeat", "0.5",
         )  # fmt: skip
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(ready, 60, f"the server to answer /readyz (log: {self.root / 'server.log'})")
+        wait_ready(
+            lambda: answers_ready(self.url),
+            what="the server to answer /readyz",
+            proc=server,
+            log=self.root / "server.log",
+        )
         self.tokens["admin"] = (self.home / "admin-token").read_text().strip()
         for team in ("team-a", "team-b"):
             self.call("admin", "PUT", f"/v1/tenants/{team}", {"fair_share": 1.0})
@@ -106,7 +106,7 @@ class LivePool:
         )
         if not agent:
             return
-        self._spawn(
+        agent_proc = self._spawn(
             "agent", "agent", "--server", self.url, "--token-file", str(agent_token),
             "--simulate", GPU_SPEC, "--node", NODE, "--state-dir", str(self.root / "agent"),
             "--address", "127.0.0.1",
@@ -116,7 +116,7 @@ class LivePool:
             devices = self.call("admin", "GET", "/v1/devices")
             return len(devices) == GPU_COUNT
 
-        wait_for(agent_up, 60, f"the agent's GPUs (log: {self.root / 'agent.log'})")
+        wait_ready(agent_up, what="the agent's GPUs", proc=agent_proc, log=self.root / "agent.log")
 
     def call(self, who: str, method: str, path: str, body: Any = None) -> Any:
         r = httpx.request(

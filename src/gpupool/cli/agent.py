@@ -151,3 +151,7 @@ def run_agent(  # noqa: PLR0917 - typer options
         f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted on restart"
     )
     sys.stdout.flush()
+
+
+def install(app: typer.Typer) -> None:
+    app.command(name="agent")(run_agent)

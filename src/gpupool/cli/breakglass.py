@@ -91,3 +91,7 @@ def admin_token(  # noqa: PLR0917 - one typer option per parameter
         return
     typer.echo(f"admin token for {user} (id {issued.id}; shown once, keep it safe):")
     typer.echo(issued.secret)
+
+
+def install(app: typer.Typer) -> None:
+    app.command(name="admin-token")(admin_token)

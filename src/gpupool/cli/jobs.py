@@ -39,8 +39,8 @@ from gpupool.cli.session import (
 )
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.sdk import Client, merge_spec
-from gpupool.control.clock import SystemClock
 from gpupool.domain.arrays import parse_array
+from gpupool.domain.clock import SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
 from gpupool.domain.states import ACTIVE_STATES, JobState
 from gpupool.domain.units import parse_duration

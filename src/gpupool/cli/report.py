@@ -22,7 +22,7 @@ import typer
 from gpupool.cli import render
 from gpupool.cli.report_html import render_html, used_hours
 from gpupool.cli.session import ServerOpt, TokenOpt, emit, fail, handle_errors, print_json, session
-from gpupool.control.clock import SystemClock
+from gpupool.domain.clock import SystemClock
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.nodes import UsageReport
 

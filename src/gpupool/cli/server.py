@@ -143,3 +143,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)
+
+
+def install(app: typer.Typer) -> None:
+    app.command(name="server")(server)

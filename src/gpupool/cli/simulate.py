@@ -122,3 +122,7 @@ def packing(
 
 # Trace replays live in their own module (gpupool.cli.simulate_replay).
 simulate_app.command("replay")(replay_command)
+
+
+def install(app: typer.Typer) -> None:
+    app.add_typer(simulate_app, name="simulate")

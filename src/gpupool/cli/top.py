@@ -30,7 +30,7 @@ from gpupool.cli import render
 from gpupool.cli.session import ServerOpt, TokenOpt, console, emit, session
 from gpupool.client.sdk import Client
 from gpupool.client.telemetry import ClusterTelemetry, DeviceSample
-from gpupool.control.clock import SystemClock
+from gpupool.domain.clock import SystemClock
 from gpupool.domain.units import format_gpus, format_memory
 from gpupool.schemas.jobs import JobView
 from gpupool.schemas.nodes import DeviceView

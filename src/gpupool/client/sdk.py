@@ -41,7 +41,7 @@ from gpupool.client.errors import (
 )
 from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
-from gpupool.control.clock import Clock, SystemClock
+from gpupool.domain.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
 from gpupool.domain.states import JobState
 from gpupool.schemas.admin import (

@@ -75,7 +75,7 @@ def hash_secret(secret: str) -> str:
 
 NO_TOKEN = (
     "no API token: send 'Authorization: Bearer <token>' (the admin token is in "
-    "$GPUPOOL_HOME/admin-token; create others with `gpupool token create`)"
+    "$GPUPOOL_HOME/admin-token; create others with `gpupool tokens create`)"
 )
 
 

@@ -82,7 +82,8 @@ class PoolService:
             if devices or jobs:
                 raise Conflict(
                     f"pool {name} still has {devices} devices and {jobs} jobs: move the devices "
-                    "to another pool (`gpupool device move`) and let its jobs finish first"
+                    "to another pool (POST /v1/devices/{uuid}/pool, Client.move_device) and let "
+                    "its jobs finish first"
                 )
             s.delete(row)
             audit.record(s, actor, "pool.delete", now, target=name)

@@ -65,7 +65,7 @@ def _load_user(session: Session, principal: Principal, name: str) -> UserModel:
         or (principal.can(Permission.USER_MANAGE_TENANT) and row.tenant == principal.tenant)
     )
     if row is None or not visible:
-        raise NotFound(f"user {name!r} not found: list users with `gpupool user list`")
+        raise NotFound(f"user {name!r} not found: list users with `gpupool users`")
     return row
 
 
@@ -187,9 +187,7 @@ class UserService:
                 )
             )
             if token is None or not allowed:
-                raise NotFound(
-                    f"token {token_id!r} not found: list tokens with `gpupool token list`"
-                )
+                raise NotFound(f"token {token_id!r} not found: list tokens with `gpupool tokens`")
             token.revoked_at = token.revoked_at or now
             audit.record(s, actor, "token.revoke", now, target=token_id)
         self.cp.principals.clear()  # the token stops working in this process now
