@@ -765,7 +765,10 @@ class PendingNotice:
         if JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
             self.last = None
             return
-        reason = job.pending_reason or job.reason or "waiting for the scheduler"
+        if job.held:
+            reason = f"held (JobHeld): it starts once released with gpupool release {job.id}"
+        else:
+            reason = job.pending_reason or job.reason or "waiting for the scheduler"
         if reason != self.last:
             self.last = reason
             self.write(f"gpupool: job {job.id} is pending: {reason}")
