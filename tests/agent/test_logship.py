@@ -29,7 +29,7 @@ class Sink:
         end = chunk.offset + len(data)
         if end > len(have):
             self.kept[key] = have + data[len(have) - chunk.offset :]
-        return LogAck(next_offset=len(self.kept[key]))
+        return LogAck(next_offset=len(self.kept.get(key, b"")))
 
 
 def _folder(root: Path, key: str) -> Path:
@@ -92,3 +92,26 @@ def test_an_assignment_the_server_does_not_know_is_not_retried(tmp_path: Path) -
     shipper.ship(["gone"])
     shipper.ship(["gone"])
     assert len(sink.chunks) == 1
+
+
+def test_the_end_of_an_ended_replica_is_marked_final_once(tmp_path: Path) -> None:
+    from gpupool.agent.jobdir import EXITED, RUNNING, JobDir, ProcessState
+
+    folder = _folder(tmp_path, "a1")
+    (folder / "stdout.log").write_bytes(b"x" * 8)
+    (folder / "stderr.log").write_bytes(b"")
+    JobDir(folder).write_state(ProcessState(status=RUNNING))
+    sink = Sink({"a1"})
+    shipper = LogShipper(sink, _path_of(tmp_path), chunk_bytes=4)
+    shipper.track("a1")
+    shipper.ship(["a1"])
+    assert not any(c.final for c in sink.chunks)  # still running: more may come
+    with open(folder / "stdout.log", "ab") as f:
+        f.write(b"yz")
+    JobDir(folder).write_state(ProcessState(status=EXITED, exit_code=0))
+    shipper.ship(["a1"])
+    finals = [(c.stream.value, c.offset, base64.b64decode(c.data)) for c in sink.chunks if c.final]
+    assert finals == [("stdout", 8, b"yz"), ("stderr", 0, b"")]
+    sent = len(sink.chunks)
+    shipper.ship(["a1"])
+    assert len(sink.chunks) == sent  # nothing more once the ends were sent

@@ -5,6 +5,7 @@ tenants' logs are not found."""
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -115,3 +116,54 @@ def test_beyond_the_cap_the_oldest_bytes_are_dropped_and_offsets_keep_counting(
     assert lines.decode().endswith(kept.text)
     assert kept.start == len(lines) - len(kept.text)
     assert logs.read(member, job_id, offset=0).start == kept.start
+
+
+def _sdk(api: Api, token: str) -> Any:
+    from gpupool.client.sdk import Client
+
+    return Client("http://testserver", token, transport=api.client._transport)
+
+
+def test_the_sdk_reads_exact_bytes_across_pages_cut_inside_characters(
+    api: Api, cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpupool.control.logs as logs_module
+
+    job_id, aid = _running(api, cp)
+    text = "caf\u00e9 \u65e5\u672c\n\U0001f680 end"
+    raw = text.encode() + b"\xff not utf-8\n"
+    api.call(api.tokens["agent"], "POST", "/v1/agent/logs", _chunk(aid, 0, raw))
+    monkeypatch.setattr(logs_module, "READ_MAX_BYTES", 3)  # pages cut inside characters
+    with _sdk(api, api.tokens["member"]) as gp:
+        assert b"".join(p.data for p in gp.output(job_id)) == raw
+        lines = list(gp.logs(job_id))
+    assert lines == ["caf\u00e9 \u65e5\u672c\n", "\U0001f680 end\ufffd not utf-8\n"]
+    page = api.call(api.tokens["member"], "GET", f"/v1/jobs/{job_id}/logs?offset=3")
+    assert page.content == raw[3:6]
+    assert (page.headers["X-Log-End"], page.headers["X-Log-Complete"]) == (str(len(raw)), "false")
+
+
+def test_logs_of_a_trimmed_log_say_how_many_bytes_the_server_dropped(
+    api: Api, cp: ControlPlane
+) -> None:
+    job_id, aid = _running(api, cp)
+    api.client.app.state.services.logs.keep = 1024  # type: ignore[attr-defined]
+    lines = b"".join(b"line %04d\n" % i for i in range(300))  # 3000 bytes
+    for start in range(0, len(lines), 500):
+        api.call(
+            api.tokens["agent"],
+            "POST",
+            "/v1/agent/logs",
+            _chunk(aid, start, lines[start : start + 500]),
+        )
+    with _sdk(api, api.tokens["member"]) as gp:
+        pieces = list(gp.output(job_id))
+        text = list(gp.logs(job_id))
+    dropped = pieces[0].dropped
+    assert dropped > 0
+    assert b"".join(p.data for p in pieces) == lines[dropped:]
+    assert text[0] == (
+        f"[gpupool: {dropped} bytes of stdout are missing here: the server keeps only the "
+        "newest log_keep_bytes of each log]\n"
+    )
+    assert "".join(text[1:]) == lines[dropped:].decode()

@@ -42,24 +42,29 @@ from gpupool.agent.jobdir import (
 from gpupool.control.clock import SystemClock
 from gpupool.runtime.procs import start_ticks
 
-_TRUNCATED = b"\n[gpupool: log reached its size cap; further output was discarded]\n"
-
 
 def _pump(source: IO[bytes], path: Path, cap: int) -> None:
-    """Copy ``source`` into ``path`` until EOF, keeping at most ``cap`` bytes."""
+    """Copy ``source`` into ``path`` until EOF, keeping at most ``cap`` bytes of it.
+
+    Past the cap the rest is read and discarded (the job never blocks on a full pipe), and at
+    the end one line says exactly how many bytes were discarded after which byte."""
     written = 0
+    discarded = 0
     with open(path, "ab", buffering=0) as out:
         while True:
             chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
             if not chunk:
                 break
-            if written >= cap:
-                continue  # keep draining so the job never blocks on a full pipe
-            room = cap - written
-            out.write(chunk[:room])
-            written += min(len(chunk), room)
-            if written >= cap:
-                out.write(_TRUNCATED)
+            room = max(0, cap - written)
+            if room:
+                out.write(chunk[:room])
+                written += min(len(chunk), room)
+            discarded += max(0, len(chunk) - room)
+        if discarded:
+            out.write(
+                f"\n[gpupool: {path.stem} reached its cap of {cap} bytes (the agent's --log-cap); "
+                f"the {discarded} bytes written after byte {cap} were discarded]\n".encode()
+            )
 
 
 def _signal_number(name: str) -> int:

@@ -14,7 +14,7 @@ import functools
 import inspect
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -38,7 +38,7 @@ from gpupool.cli.session import (
     session,
 )
 from gpupool.client.errors import EXIT_FAILED
-from gpupool.client.sdk import Client, merge_spec
+from gpupool.client.sdk import Client, LogPiece, PendingNotice, merge_spec
 from gpupool.domain.arrays import parse_array
 from gpupool.domain.clock import SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
@@ -254,17 +254,21 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _follow(gp: Client, job: JobView) -> int:
-    """Stream the job's output until it ends; the exit code to leave with.
+    """Stream the job's stdout to stdout and its stderr to stderr (like srun), byte for byte,
+    until it ends; the exit code to leave with. While it waits, why it waits is said on
+    stderr each time the reason changes.
 
     Ctrl-C cancels the job (as with srun) and exits 130; SIGTERM (how CI systems cancel a
     step) cancels it too and exits 143.
     """
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    notice = PendingNotice(lambda line: typer.echo(line, err=True))
     try:
-        for line in gp.logs(job.id, follow=True):
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        final = gp.wait(job.id)
+        write_output(
+            gp.output(job.id, streams=("stdout", "stderr"), follow=True, on_poll=notice),
+            gang=job.replicas > 1,
+        )
+        final = gp.wait(job.id, on_poll=notice)
     except (KeyboardInterrupt, _Terminated) as exc:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cancel, even if CI sends more
         what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
@@ -282,6 +286,41 @@ def _follow(gp: Client, job: JobView) -> int:
         err=True,
     )
     return final.exit_code if final.exit_code not in (None, 0) else EXIT_FAILED
+
+
+def write_output(pieces: Iterable[LogPiece], *, gang: bool, one_stream: bool = False) -> None:
+    """Write log pieces as they come: stdout's bytes to stdout, stderr's to stderr (with
+    ``one_stream``, all to stdout), exactly; a gang's lines prefixed with their rank. What is
+    missing is said on stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sinks = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+    if one_stream:
+        sinks["stderr"] = sinks["stdout"]
+    partial: dict[tuple[int, str], bytes] = {}
+    for piece in pieces:
+        sink = sinks[piece.stream]
+        key = (piece.replica, piece.stream)
+        prefix = f"[{piece.replica}] ".encode() if gang else b""
+        text = piece.notice()
+        if text is not None:
+            if partial.get(key):
+                sink.write(prefix + partial.pop(key) + b"\n")
+                sink.flush()
+            sys.stderr.buffer.write(prefix + text.encode() + b"\n")
+            sys.stderr.buffer.flush()
+        data = piece.data
+        if gang:
+            data = partial.pop(key, b"") + data
+            cut = data.rfind(b"\n") + 1
+            partial[key] = data[cut:]
+            data = b"".join(prefix + line for line in data[:cut].splitlines(keepends=True))
+        sink.write(data)
+        sink.flush()
+    for (rank, stream), rest in partial.items():
+        if rest:
+            sinks[stream].write(f"[{rank}] ".encode() + rest)
+            sinks[stream].flush()
 
 
 SUBMIT_HELP = """Submit a job to the pool (like sbatch).
@@ -409,7 +448,8 @@ def logs(
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Print a job's output (its latest attempt; gang lines are prefixed with the rank).
+    """Print a job's output, all of it as the server keeps it, byte for byte (its latest
+    attempt; gang lines are prefixed with the rank).
 
     Examples:
 
@@ -417,13 +457,20 @@ def logs(
 
       gpupool logs -f 3f2a9c1d0b7e
 
-    The server keeps the newest 8 MiB of each replica's stdout and stderr (the agent ships
-    new output every second); -f polls it until the job ends.
+      gpupool logs --stderr 3f2a9c1d0b7e > errors.txt
+
+    The server keeps the newest 64 MiB (log_keep_bytes) of each replica's stdout and stderr
+    (the agent ships new output every second); when older bytes were dropped, stderr says
+    how many. -f polls until the job ends and its node has sent the end of the log.
     """
     with session(server, token) as gp:
-        for line in gp.logs(job_id, stream="stderr" if stderr else "stdout", follow=follow):
-            sys.stdout.write(line)
-            sys.stdout.flush()
+        stream = "stderr" if stderr else "stdout"
+        job = gp.get(job_id)
+        write_output(
+            gp.output(job_id, streams=(stream,), follow=follow),
+            gang=job.replicas > 1,
+            one_stream=True,
+        )
 
 
 def history(  # noqa: PLR0917 - typer options

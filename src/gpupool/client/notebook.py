@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.client.errors import ClientError
-from gpupool.client.sdk import Client
+from gpupool.client.sdk import Client, PendingNotice
 from gpupool.domain.states import JobState
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.jobs import JobView
@@ -113,7 +113,9 @@ def start_allocation(
         **options,
     )
     try:
-        job = client.wait(job.id, timeout_s=timeout_s, until=_STARTED | _GONE)
+        job = client.wait(
+            job.id, timeout_s=timeout_s, until=_STARTED | _GONE, on_poll=PendingNotice()
+        )
         if JobState(job.state) not in _STARTED:
             raise ClientError(
                 f"the allocation job {job.id} ended as {job.state} before starting "

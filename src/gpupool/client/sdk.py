@@ -22,8 +22,10 @@ Example::
 from __future__ import annotations
 
 import builtins
+import codecs
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +61,11 @@ from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobRespon
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
 
 M = TypeVar("M", bound=BaseModel)
+
+#: How long :meth:`Client.output` waits, after the job ended, for its node to send the end of
+#: a log before saying it is unfinished (a node that went down never sends it).
+LOG_SETTLE_S = 60.0
+
 
 #: Keyword options of :meth:`Client.submit` and the job-file key each one sets.
 OPTION_PATHS: dict[str, str] = {
@@ -366,16 +373,20 @@ class Client:
         timeout_s: float | None = None,
         poll_s: float = 1.0,
         until: frozenset[JobState] | None = None,
+        on_poll: Callable[[JobView], None] | None = None,
     ) -> JobView:
         """Poll until the job reaches a state in ``until`` (default: it ended); return it.
 
         A requeued job has not ended: waiting goes on through PREEMPTED -> REQUEUED -> PENDING.
-        Raises :class:`WaitTimeout` after ``timeout_s``.
+        ``on_poll`` sees the job at each poll (e.g. :class:`PendingNotice`, which says why it
+        waits). Raises :class:`WaitTimeout` after ``timeout_s``.
         """
         deadline = None if timeout_s is None else self.clock.monotonic() + timeout_s
         settle = REQUEUE_SETTLE_POLLS
         while True:
             job = self.get(job_id)
+            if on_poll is not None:
+                on_poll(job)
             state = JobState(job.state)
             if until is not None and state in until:
                 return job
@@ -405,7 +416,7 @@ class Client:
         offset: int | None = None,
     ) -> LogPage:
         """One read of ``GET /v1/jobs/{id}/logs``: the last ``tail`` lines, or the bytes from
-        log ``offset`` on (a page; ask again from ``next_offset``), or all the server keeps."""
+        log ``offset`` on (a page; ask again from ``next_offset``), or the oldest kept on."""
         if stream not in ("stdout", "stderr"):
             raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
         params: dict[str, Any] = {"stream": stream, "replica": replica}
@@ -415,40 +426,126 @@ class Client:
             params["offset"] = offset
         r = self.request("GET", f"/v1/jobs/{job_id}/logs", params=params)
         start = int(r.headers.get("X-Log-Start", "0"))
-        return LogPage(r.text, start, int(r.headers.get("X-Log-Next", start + len(r.content))))
+        end, complete = r.headers.get("X-Log-End"), r.headers.get("X-Log-Complete")
+        return LogPage(
+            r.content,
+            start,
+            int(r.headers.get("X-Log-Next", start + len(r.content))),
+            first=int(r.headers.get("X-Log-First", start)),
+            end=int(end) if end is not None else None,
+            complete=complete == "true" if complete is not None else None,
+        )
+
+    def output(
+        self,
+        job_id: str,
+        *,
+        streams: Sequence[str] = ("stdout",),
+        follow: bool = False,
+        poll_s: float = 0.5,
+        settle_s: float = LOG_SETTLE_S,
+        on_poll: Callable[[JobView], None] | None = None,
+    ) -> Iterator[LogPiece]:
+        """The job's ``streams`` as the server keeps them, byte for byte, as pieces in the
+        order they are read (each replica and stream in order by itself).
+
+        Without ``follow``, what is there now. With ``follow``, until the server says each
+        stream is complete (the job ended and its node sent the end); ``on_poll`` sees the job
+        at each poll meanwhile. A piece's ``dropped`` counts bytes the server no longer kept
+        just before it (``log_keep_bytes``); if the end of a stream has not come ``settle_s``
+        after the job ended (its node is down), a last piece says so (``unfinished``)."""
+        for stream in streams:
+            if stream not in ("stdout", "stderr"):
+                raise ConfigError(f"stream {stream!r} is not valid: use stdout or stderr")
+        job = self.get(job_id)  # also checks the caller may see the job
+        if on_poll is not None:
+            on_poll(job)
+        return self._output(
+            job, streams, follow=follow, poll_s=poll_s, settle_s=settle_s, on_poll=on_poll
+        )
+
+    def _output(
+        self,
+        job: JobView,
+        streams: Sequence[str],
+        *,
+        follow: bool,
+        poll_s: float,
+        settle_s: float,
+        on_poll: Callable[[JobView], None] | None,
+    ) -> Iterator[LogPiece]:
+        keys = [(rank, stream) for rank in range(job.replicas) for stream in streams]
+        offsets = dict.fromkeys(keys, 0)
+        complete: set[tuple[int, str]] = set()
+        legacy = False  # an older server, which does not say when a log is complete
+        final = not follow or job_has_ended(job)
+        ended_at = self.clock.monotonic()
+        settle = REQUEUE_SETTLE_POLLS
+        while True:
+            progressed = False
+            for key in keys:
+                if key in complete:
+                    continue
+                page = self.log_text(job.id, stream=key[1], replica=key[0], offset=offsets[key])
+                dropped = max(0, page.start - offsets[key])
+                if page.data or dropped:
+                    yield LogPiece(key[1], key[0], page.data, dropped)
+                progressed = progressed or page.next_offset > offsets[key]
+                offsets[key] = page.next_offset
+                legacy = legacy or page.complete is None
+                if page.complete and page.end is not None and page.next_offset >= page.end:
+                    complete.add(key)
+            if len(complete) == len(keys):
+                # PREEMPTED and the like may still be requeued: look again before trusting it
+                if not follow or JobState(job.state) not in MAY_REQUEUE or settle <= 0:
+                    return
+                settle -= 1
+                self.clock.sleep(min(poll_s, 0.5))
+                job = self.get(job.id)
+                if not job_has_ended(job):
+                    complete.clear()
+                    final, settle = False, REQUEUE_SETTLE_POLLS
+                continue
+            if progressed:
+                if final:  # the end is still coming in: the settle time starts again
+                    ended_at = self.clock.monotonic()
+                continue
+            if final and (legacy or not follow):
+                return
+            if final and self.clock.monotonic() - ended_at > settle_s:
+                for rank, stream in keys:
+                    if (rank, stream) not in complete:
+                        yield LogPiece(stream, rank, b"", unfinished=True)
+                return
+            self.clock.sleep(poll_s)
+            job = self.get(job.id)
+            if on_poll is not None:
+                on_poll(job)
+            if not final and job_has_ended(job):
+                final, ended_at = True, self.clock.monotonic()
 
     def logs(
         self, job_id: str, *, stream: str = "stdout", follow: bool = False, poll_s: float = 0.5
     ) -> Iterator[str]:
-        """The job's output as the server keeps it, line by line (with ``follow``, polling
-        from the last offset until the job ends). A gang's lines are prefixed with the rank."""
-        job = self.get(job_id)  # also checks the caller may see the job
-        offsets = dict.fromkeys(range(job.replicas), 0)
-        partial = dict.fromkeys(range(job.replicas), "")
-        final = not follow or job_has_ended(job)
-        while True:
-            quiet = True
-            for rank in offsets:
-                page = self.log_text(job_id, stream=stream, replica=rank, offset=offsets[rank])
-                if page.next_offset > offsets[rank]:
-                    quiet = False
-                offsets[rank] = page.next_offset
-                text = partial[rank] + page.text
-                cut = text.rfind("\n") + 1
-                partial[rank] = text[cut:]
-                prefix = f"[{rank}] " if job.replicas > 1 else ""
-                for line in text[:cut].splitlines(keepends=True):
-                    yield prefix + line
-            if final and quiet:
-                for rank, rest in partial.items():
-                    if rest:
-                        yield (f"[{rank}] " if job.replicas > 1 else "") + rest
-                return
-            if quiet:
-                self.clock.sleep(poll_s)
-                job = self.get(job_id)
-                # after the end, read until nothing new comes, so the tail is not lost
-                final = job_has_ended(job)
+        """The job's output as text, line by line (with ``follow``, until the job ends and
+        its node sent the end; see :meth:`output`, which gives the exact bytes). A gang's
+        lines are prefixed with the rank; bytes the server no longer keeps, or an end that
+        never came, are said in a line of their own starting ``[gpupool:``."""
+        job = self.get(job_id)
+        gang = job.replicas > 1
+        lines = {rank: _LineSplitter() for rank in range(job.replicas)}
+        for piece in self._output(
+            job, (stream,), follow=follow, poll_s=poll_s, settle_s=LOG_SETTLE_S, on_poll=None
+        ):
+            prefix = f"[{piece.replica}] " if gang else ""
+            split = lines[piece.replica]
+            notice = piece.notice()
+            if notice is not None:  # what was before the gap ends its line there
+                yield from (prefix + line for line in split.flush(end="\n"))
+                yield prefix + notice + "\n"
+            yield from (prefix + line for line in split.feed(piece.data))
+        for rank, split in lines.items():
+            yield from ((f"[{rank}] " if gang else "") + line for line in split.flush())
 
     # ------------------------------------------------------------------ nodes and devices
 
@@ -590,12 +687,95 @@ REQUEUE_SETTLE_POLLS = 3
 
 @dataclass(frozen=True)
 class LogPage:
-    """Log text from the server: ``start`` is the log offset of its first byte, and
-    ``next_offset`` where the next read continues."""
+    """One read of a log: ``data`` starts at log offset ``start``, and ``next_offset`` is
+    where the next read continues. ``first`` is the oldest offset the server still keeps,
+    ``end`` the offset after the newest byte it has, and ``complete`` whether nothing more
+    will come (``None`` for both from a server that does not say)."""
 
-    text: str
+    data: bytes
     start: int
     next_offset: int
+    first: int = 0
+    end: int | None = None
+    complete: bool | None = None
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class LogPiece:
+    """Bytes of one ``stream`` of one ``replica`` (see :meth:`Client.output`). ``dropped``:
+    bytes just before ``data`` that the server no longer keeps; ``unfinished``: the stream's
+    end never came from its node (``data`` is empty)."""
+
+    stream: str
+    replica: int
+    data: bytes
+    dropped: int = 0
+    unfinished: bool = False
+
+    def notice(self) -> str | None:
+        """What a reader should be told about this piece, or ``None``."""
+        if self.dropped:
+            return (
+                f"[gpupool: {self.dropped} bytes of {self.stream} are missing here: the server "
+                "keeps only the newest log_keep_bytes of each log]"
+            )
+        if self.unfinished:
+            return (
+                f"[gpupool: the end of {self.stream} never came from the job's node (it may be "
+                "down): the output may be incomplete]"
+            )
+        return None
+
+
+class _LineSplitter:
+    """Bytes in, whole text lines out: UTF-8 decoded across pieces (a character split between
+    two reads stays whole), the last partial line kept until more comes or :meth:`flush`."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.partial = ""
+
+    def feed(self, data: bytes) -> builtins.list[str]:
+        text = self.partial + self.decoder.decode(data)
+        cut = text.rfind("\n") + 1
+        self.partial = text[cut:]
+        return text[:cut].splitlines(keepends=True)
+
+    def flush(self, end: str = "") -> builtins.list[str]:
+        rest = self.partial + self.decoder.decode(b"", final=True)
+        self.decoder.reset()
+        self.partial = ""
+        return [rest + end] if rest else []
+
+
+class PendingNotice:
+    """An ``on_poll`` for :meth:`Client.wait` and :meth:`Client.output`: tells ``write`` (by
+    default stderr) why the job waits, each time the reason changes, so a CI step waiting on
+    ``gpupool run`` is not silent."""
+
+    def __init__(self, write: Callable[[str], None] | None = None) -> None:
+        self.write = write or _to_stderr
+        self.last: str | None = None
+
+    def __call__(self, job: JobView) -> None:
+        if JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
+            self.last = None
+            return
+        if job.held:
+            reason = f"held (JobHeld): it starts once released with gpupool release {job.id}"
+        else:
+            reason = job.pending_reason or job.reason or "waiting for the scheduler"
+        if reason != self.last:
+            self.last = reason
+            self.write(f"gpupool: job {job.id} is pending: {reason}")
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def job_has_ended(job: JobView) -> bool:

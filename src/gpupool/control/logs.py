@@ -7,12 +7,18 @@ Words:
   restarted job has a new assignment whose node offsets start at 0 again).
 - **log offset**: a byte position in the server's log of one job replica and stream. It counts
   every byte ever kept, across restarts, so it only grows; bytes older than the newest
-  ``settings.log_keep_bytes`` are dropped and a read from before them starts at the oldest kept.
+  ``settings.log_keep_bytes`` are dropped and a read from before them starts at the oldest kept
+  (the reader sees ``start`` past the offset it asked for, and says what was dropped).
+- **complete**: the job has ended and the node has shipped the end of this stream of its last
+  attempt (the agent's chunk with ``final``), or no attempt ever started: nothing more will come.
 
-Files: ``<home>/logs/<job id>/<rank>.<stream>.log`` (the bytes) and ``....json`` (the log
-offset of its first byte and, per assignment, the node offset received so far, so a resent
-chunk is not stored twice). An ``flock`` on the JSON file orders writers, also across server
-worker processes on one machine; servers on several machines need a shared ``home``.
+Reads are bytes, exactly as the job wrote them (a page may end inside a UTF-8 character; the
+client decodes across pages). Files: ``<home>/logs/<job id>/<rank>.<stream>.log`` (the bytes)
+and ``....json`` (the log offset of its first byte; per assignment, the node offset received so
+far, so a resent chunk is not stored twice, and whether its end arrived). An ``flock`` on the
+JSON file orders writers (exclusive) and readers (shared), also across server worker processes
+on one machine, so a read never sees the bytes of one trim with the offsets of another; servers
+on several machines need a shared ``home``.
 """
 
 from __future__ import annotations
@@ -26,27 +32,43 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from sqlalchemy import select
 
 from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid, NotFound
+from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import LogAck, LogChunkRequest, LogStream
 from gpupool.store.models import AssignmentModel, JobModel
 
 #: The most bytes one read by offset returns (a follower asks again from ``next_offset``).
-READ_MAX_BYTES = 1024 * 1024
+READ_MAX_BYTES = 4 * 1024 * 1024
+
+#: How far back from the end a ``tail`` read looks for its lines, at most.
+TAIL_MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class LogText:
-    """Bytes of a log as text: ``start`` is the log offset of ``text``'s first byte and
-    ``next_offset`` the one to ask for next (the end of what was returned)."""
+class LogBytes:
+    """A piece of one log. ``data`` starts at log offset ``start``; ``next_offset`` is the one
+    to ask for next. ``first`` is the oldest log offset still kept (bytes before it were
+    dropped), ``end`` the offset after the newest byte received, and ``complete`` is True when
+    nothing will be added after ``end`` (see the module docstring)."""
 
-    text: str
+    data: bytes
     start: int
     next_offset: int
+    first: int
+    end: int
+    complete: bool
+
+    @property
+    def text(self) -> str:
+        """``data`` decoded (a character cut at either end of the page becomes U+FFFD)."""
+        return self.data.decode("utf-8", "replace")
 
 
 class LogService:
@@ -65,12 +87,7 @@ class LogService:
         with open(meta, "a+", encoding="utf-8") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
-            try:
-                state: dict[str, Any] = json.loads(f.read() or "{}")
-            except ValueError:
-                state = {}
-            state.setdefault("base", 0)
-            state.setdefault("received", {})
+            state = _parse_state(f.read())
             yield state
             f.seek(0)
             f.truncate()
@@ -79,7 +96,8 @@ class LogService:
 
     # ------------------------------------------------------------------ agents write
     def append(self, actor: Actor, chunk: LogChunkRequest) -> LogAck:
-        """Keep a chunk of new bytes; resent bytes (below what was received) are skipped."""
+        """Keep a chunk of new bytes; resent bytes (below what was received) are skipped.
+        A ``final`` chunk also records that the stream of its assignment is whole."""
         require(actor.principal, Permission.AGENT)
         try:
             raw = base64.b64decode(chunk.data, validate=True)
@@ -94,6 +112,8 @@ class LogService:
         with self._locked(meta) as state:
             received = int(state["received"].get(chunk.assignment_id, 0))
             end = chunk.offset + len(raw)
+            if chunk.final and end >= received:
+                state["final"][chunk.assignment_id] = True
             if end <= received:
                 return LogAck(next_offset=received)
             new = raw[max(0, received - chunk.offset) :]
@@ -126,28 +146,68 @@ class LogService:
         replica: int = 0,
         tail: int | None = None,
         offset: int | None = None,
-    ) -> LogText:
-        """The log of one replica: its last ``tail`` lines, or from log ``offset`` on (at
-        most ``READ_MAX_BYTES``), or all that is kept. Others' jobs are not found."""
+    ) -> LogBytes:
+        """The log of one replica: its last ``tail`` lines, or from log ``offset`` on, or
+        from its oldest kept byte; at most ``READ_MAX_BYTES`` (ask again from
+        ``next_offset``). Others' jobs are not found."""
         require(principal, Permission.JOB_READ, Permission.JOB_READ_ANY)
         with self.cp.read() as s:
             row = s.get(JobModel, job_id)
             if row is None or not tenant_visible(principal, row.tenant):
                 raise NotFound(f"job {job_id!r} not found: list your jobs with `gpupool queue`")
+            ended = JobState(row.state).is_terminal
+            last = s.scalars(
+                select(AssignmentModel)
+                .where(AssignmentModel.job_id == job_id, AssignmentModel.rank == replica)
+                .order_by(AssignmentModel.created_at.desc(), AssignmentModel.id.desc())
+                .limit(1)
+            ).first()
+            last_id = last.id if last is not None and last.started_at is not None else None
         log_path, meta = self._paths(job_id, replica, stream)
-        try:
-            state = json.loads(meta.read_text(encoding="utf-8") or "{}")
-            data = log_path.read_bytes()
-        except (OSError, ValueError):
-            return LogText("", 0, 0)
-        base = int(state.get("base", 0))
-        end = base + len(data)
-        if offset is not None:
-            start = min(max(offset, base), end)
-            piece = data[start - base : start - base + READ_MAX_BYTES]
-            return LogText(piece.decode("utf-8", "replace"), start, start + len(piece))
-        if tail is not None:
-            lines = data.splitlines(keepends=True)
-            piece = b"".join(lines[-tail:]) if tail > 0 else b""
-            return LogText(piece.decode("utf-8", "replace"), end - len(piece), end)
-        return LogText(data.decode("utf-8", "replace"), base, end)
+        if not meta.exists():
+            return LogBytes(b"", 0, 0, 0, 0, ended and last_id is None)
+        with open(meta, encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)  # no trim between the offsets and the bytes
+            state = _parse_state(lock.read())
+            base = int(state["base"])
+            try:
+                size = log_path.stat().st_size
+                with open(log_path, "rb") as f:
+                    start, data = _piece(f, base, size, tail=tail, offset=offset)
+            except OSError:
+                size, start, data = 0, base, b""
+        end = base + size
+        complete = ended and (last_id is None or bool(state["final"].get(last_id)))
+        return LogBytes(data, start, start + len(data), base, end, complete)
+
+
+def _parse_state(text: str) -> dict[str, Any]:
+    try:
+        state: dict[str, Any] = json.loads(text or "{}")
+    except ValueError:
+        state = {}
+    state.setdefault("base", 0)
+    state.setdefault("received", {})
+    state.setdefault("final", {})
+    return state
+
+
+def _piece(
+    f: BinaryIO, base: int, size: int, *, tail: int | None, offset: int | None
+) -> tuple[int, bytes]:
+    """(log offset, bytes) of one read of a log file holding log offsets ``base`` on."""
+    end = base + size
+    if offset is None and tail is not None:
+        if tail <= 0:
+            return end, b""
+        back = min(size, TAIL_MAX_BYTES)
+        f.seek(size - back)
+        window: bytes = f.read(back)
+        lines = window.splitlines(keepends=True)
+        if back < size and lines:
+            lines = lines[1:]  # the first line of the window may be cut
+        piece = b"".join(lines[-tail:])
+        return end - len(piece), piece
+    start = min(max(offset or 0, base), end)
+    f.seek(start - base)
+    return start, f.read(READ_MAX_BYTES)

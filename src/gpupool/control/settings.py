@@ -10,7 +10,8 @@
 - ``preempt_exempt_s``: the scheduler's anti-loop exemption: a running job is not preempted in
   its first ``preempt_exempt_s`` seconds.
 - ``log_keep_bytes``: job log bytes kept per replica and stream under ``home/logs`` (the oldest
-  are dropped beyond it).
+  are dropped beyond it, and readers are told how many). 64 MiB, the agent's default
+  ``--log-cap``, so by default the server keeps all a node captured.
 - ``upload_max_bytes``: the largest working-directory archive ``POST /v1/uploads`` accepts.
 - ``upload_retention_s``: uploads older than this that no unfinished job names are deleted
   (checked hourly by the scheduling leader).
@@ -51,7 +52,7 @@ class ServerSettings:
     temperature_alert_c: float = 85.0
     schedule: bool = True
     migrate: bool = False
-    log_keep_bytes: int = 8 * 1024 * 1024
+    log_keep_bytes: int = 64 * 1024 * 1024
     upload_max_bytes: int = 100 * 1024 * 1024
     upload_retention_s: float = 7 * 24 * 3600.0
     preempt_exempt_s: float = 300.0

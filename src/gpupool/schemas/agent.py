@@ -260,6 +260,11 @@ class LogChunkRequest(WireModel):
     data: str = Field(
         max_length=(LOG_CHUNK_MAX_BYTES + 2) // 3 * 4, description="base64 of the bytes"
     )
+    final: bool = Field(
+        default=False,
+        description="the replica has ended and these bytes reach the end of its stream "
+        "(nothing follows; data may be empty)",
+    )
 
 
 class LogAck(WireModel):

@@ -133,15 +133,27 @@ def job_logs(
     replica: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     offset: Annotated[int | None, Query(ge=0)] = None,
-) -> PlainTextResponse:
-    """A replica's stdout or stderr as text: the last ``tail`` lines, or from byte ``offset``.
+) -> Response:
+    """A replica's stdout or stderr, the bytes as the job wrote them: the last ``tail`` lines,
+    or a page from log byte ``offset`` (at most 4 MiB; without either, from the oldest kept).
 
-    Headers: ``X-Log-Start`` (offset of the first byte returned) and ``X-Log-Next`` (the offset
-    to pass next time, to follow the log)."""
+    Headers: ``X-Log-Start`` (offset of the first byte returned; past ``offset`` when the bytes
+    asked for were dropped), ``X-Log-Next`` (the offset to ask for next, to follow the log),
+    ``X-Log-First`` (the oldest offset still kept: the server keeps the newest
+    ``log_keep_bytes``), ``X-Log-End`` (the offset after the newest byte received) and
+    ``X-Log-Complete`` (``true`` once the job has ended and its node sent the end of the
+    stream: read up to ``X-Log-End`` and nothing is missing)."""
     got = svc.logs.read(who, job_id, stream, replica=replica, tail=tail, offset=offset)
-    return PlainTextResponse(
-        got.text,
-        headers={"X-Log-Start": str(got.start), "X-Log-Next": str(got.next_offset)},
+    return Response(
+        got.data,
+        media_type="text/plain; charset=utf-8",
+        headers={
+            "X-Log-Start": str(got.start),
+            "X-Log-Next": str(got.next_offset),
+            "X-Log-First": str(got.first),
+            "X-Log-End": str(got.end),
+            "X-Log-Complete": "true" if got.complete else "false",
+        },
     )
 
 

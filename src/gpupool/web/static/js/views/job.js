@@ -2,8 +2,11 @@
 // start, its events, a live log tail, and the actions the signed-in role may take on it:
 // cancel, hold or release a pending job, requeue one that ended without finishing.
 //
-// The log tail reads GET /v1/jobs/{id}/logs?tail=N (text) every LOG_MS while the job runs;
-// a server without that endpoint gets a note in place of the log, not an error.
+// Both streams are shown: the last LOG_LINES lines of stdout and of stderr (a traceback is
+// not hidden), each read from GET /v1/jobs/{id}/logs?stream=S&tail=N every LOG_MS while the
+// job runs. "Download" fetches the whole kept log page by page (?offset=, the X-Log-Next
+// header) as the bytes the job wrote, and says when the server had already dropped the
+// oldest bytes (X-Log-First > 0). A server without the endpoint gets a note, not an error.
 
 import { ApiError } from '../api.js';
 import { badge, clear, dl, fmtDuration, fmtGpus, fmtMem, fmtNum, fmtTime, h } from '../dom.js';
@@ -55,15 +58,40 @@ const ACTION_DONE = {
   requeue: 'Requeued: it is pending again.',
 };
 
+const STREAMS = [
+  { name: 'stdout', label: 'Standard output (stdout)' },
+  { name: 'stderr', label: 'Standard error (stderr)' },
+];
+
+/** One stream's box: heading, download button, note and the tail itself. */
+function logPanel({ name, label }, onDownload) {
+  const pre = h('pre', { class: 'log', id: `log-${name}`, tabindex: '0', 'aria-label': `${label}, last lines` }, '');
+  const note = h('p', { class: 'muted', id: `log-${name}-note`, role: 'status' });
+  const button = h('button', { type: 'button', class: 'secondary', id: `download-${name}`, onclick: onDownload },
+    `Download all of ${name}`);
+  const box = h('div', { class: 'log-stream' }, h('h3', {}, label), button, note, pre);
+  return {
+    name,
+    box,
+    note,
+    show(text) {
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = text || `(nothing on ${name} yet)`;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    },
+  };
+}
+
 export function render(ctx, root, { id }) {
   const { api, live } = ctx;
   const head = h('div', { class: 'job-head' });
   const facts = h('section', { 'aria-labelledby': 'facts-h' });
   const factors = h('section', { 'aria-labelledby': 'factors-h' });
   const events = h('section', { 'aria-labelledby': 'events-h' });
-  const logPre = h('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': 'Log tail' }, '');
   const logNote = h('p', { class: 'muted', id: 'log-note' });
-  const logs = h('section', { 'aria-labelledby': 'log-h' }, h('h2', { id: 'log-h' }, 'Log tail'), logNote, logPre);
+  const streams = STREAMS.map((s) => logPanel(s, () => download(s.name)));
+  const logs = h('section', { 'aria-labelledby': 'log-h' }, h('h2', { id: 'log-h' }, 'Output'), logNote,
+    h('div', { class: 'log-streams' }, streams.map((p) => p.box)));
   const status = h('p', { class: 'status', role: 'status', 'aria-live': 'polite' });
   root.append(h('p', {}, h('a', { href: '#/jobs' }, '← All jobs')), head, status, facts, factors, events, logs);
 
@@ -173,21 +201,58 @@ export function render(ctx, root, { id }) {
     logTimer = null;
     if (disposed || logsMissing) return;
     try {
-      const text = await api.get(`/v1/jobs/${encodeURIComponent(id)}/logs`, { tail: LOG_LINES });
-      const atEnd = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 4;
-      logPre.textContent = typeof text === 'string' ? text : (text.text ?? JSON.stringify(text));
-      if (atEnd) logPre.scrollTop = logPre.scrollHeight;
-      logNote.textContent = TERMINAL.has(job.state) ? 'The job has ended: this is its final output.' : `Refreshed every ${LOG_MS / 1000} s.`;
+      for (const panel of streams) {
+        const text = await api.get(`/v1/jobs/${encodeURIComponent(id)}/logs`, { stream: panel.name, tail: LOG_LINES });
+        panel.show(typeof text === 'string' ? text : (text.text ?? JSON.stringify(text)));
+      }
+      logNote.textContent = TERMINAL.has(job.state)
+        ? `The job has ended: the last ${LOG_LINES} lines of each stream; download a stream for all of it.`
+        : `The last ${LOG_LINES} lines of each stream, refreshed every ${LOG_MS / 1000} s.`;
     } catch (err) {
       if (err instanceof ApiError && err.status === 404 && /endpoint/.test(err.message)) {
         logsMissing = true;
-        logPre.hidden = true;
+        streams.forEach((p) => { p.box.hidden = true; });
         logNote.textContent = 'This server does not serve job logs yet (no /v1/jobs/{id}/logs); read them on the node or with gpupool logs.';
         return;
       }
       logNote.textContent = `Log not available: ${err.message}`;
     }
     if (!disposed && !TERMINAL.has(job.state)) logTimer = setTimeout(tailLog, LOG_MS);
+  }
+
+  /** Fetch every kept byte of one stream, page by page, and save it as a file. */
+  async function download(stream) {
+    const panel = streams.find((p) => p.name === stream);
+    panel.note.textContent = 'Downloading…';
+    const parts = [];
+    let offset = 0;
+    let first = 0;
+    try {
+      for (;;) {
+        const q = new URLSearchParams({ stream, offset: String(offset) });
+        const res = await fetch(`/v1/jobs/${encodeURIComponent(id)}/logs?${q}`, { headers: api.headers({ Accept: 'text/plain' }) });
+        if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
+        const bytes = new Uint8Array(await res.arrayBuffer());
+        if (offset === 0) first = Number(res.headers.get('X-Log-First') || 0);
+        const next = Number(res.headers.get('X-Log-Next') || offset + bytes.length);
+        if (bytes.length) parts.push(bytes);
+        if (!bytes.length || next <= offset) break;
+        offset = next;
+      }
+    } catch (err) {
+      panel.note.textContent = `Download failed: ${err.message}`;
+      return;
+    }
+    const url = URL.createObjectURL(new Blob(parts, { type: 'text/plain' }));
+    const a = h('a', { href: url, download: `${id}.${stream}.log`, hidden: '' });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    const size = parts.reduce((n, p) => n + p.length, 0);
+    panel.note.textContent = first > 0
+      ? `Saved ${fmtNum(size)} bytes; the server no longer kept the first ${fmtNum(first)} bytes (it keeps the newest log_keep_bytes).`
+      : `Saved the whole ${stream}: ${fmtNum(size)} bytes.`;
   }
 
   async function load() {
