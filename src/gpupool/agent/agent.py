@@ -41,7 +41,7 @@ from gpupool.agent.node import (
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.runas import AGENT, SUBMITTER, Account, NoAccount, account_for, hand_over
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
-from gpupool.agent.unpack import UnsafeArchive, fetch_and_unpack
+from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
 from gpupool.agent.usage import newest_mtime, usage_by_replica
 from gpupool.control.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
@@ -354,6 +354,8 @@ class Agent:
             ):
                 self.executor.forget(key)
                 del self.replicas[key]
+                job_id = replica.assignment.job_id
+                remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
             self.apply_stop(order)
         for assignment in answer.start:
@@ -407,7 +409,7 @@ class Agent:
             made_workdir = a.workdir is None
             if a.workdir_upload is not None:
                 # Each replica gets its own copy of the uploaded folder.
-                workdir = str(self.config.state_dir / "work" / a.job_id / a.assignment_id)
+                workdir = str(copy_path(self.config.state_dir / "work", a.job_id, a.assignment_id))
                 fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
                 made_workdir = True
             elif a.workdir is None:
@@ -426,6 +428,12 @@ class Agent:
         except (IsolationUnavailable, UnsafeArchive, NoAccount, OSError) as exc:
             self.replicas[a.assignment_id] = replica
             self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
+            return True
+        except Exception as exc:  # a job's input must never end the agent
+            log.exception("preparing %s failed", a.assignment_id)
+            reason = f"the node could not prepare the job: {type(exc).__name__}: {exc}"
+            self.replicas[a.assignment_id] = replica
+            self.executor.record_boot_failure(a.assignment_id, reason[:500], self._record(replica))
             return True
         env, dropped = job_env(
             a,
@@ -453,7 +461,13 @@ class Agent:
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
         self.replicas[a.assignment_id] = replica
-        self.executor.launch(a.assignment_id, spec, self._record(replica))
+        try:
+            self.executor.launch(a.assignment_id, spec, self._record(replica))
+        except Exception as exc:  # e.g. a full disk: that job fails, not the node
+            log.exception("launching %s failed", a.assignment_id)
+            reason = f"the node could not launch the job: {type(exc).__name__}: {exc}"
+            self.executor.record_boot_failure(a.assignment_id, reason[:500], self._record(replica))
+            return True
         if self.shipper is not None:
             self.shipper.track(a.assignment_id)
         return True

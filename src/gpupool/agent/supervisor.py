@@ -128,12 +128,13 @@ class Supervisor:
                 close_fds=True,
                 **account,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             what = spec.argv[0] if spec.argv else "(empty command)"
             hint = "check the program name and PATH" if isinstance(exc, FileNotFoundError) else ""
+            why = exc.strerror if isinstance(exc, OSError) else None
             self._write(
                 status=BOOT_FAILED,
-                reason=f"cannot start {what!r} in {spec.cwd}: {exc.strerror or exc}"
+                reason=f"cannot start {what!r} in {spec.cwd}: {why or exc}"
                 + (f" ({hint})" if hint else ""),
                 ended_at=self.clock.now(),
             )
