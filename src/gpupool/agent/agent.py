@@ -130,11 +130,8 @@ class Agent:
         self.transport = transport
         self.clock = clock
         self.executor = executor or Executor(config.state_dir)
-        self.inventory = backend.inventory()
-        self.devices = wire_devices(self.inventory)
-        self._device_memory = {d.uuid: d.memory_mib for d in self.devices}
-        self._mig = {d.uuid for d in self.devices if d.mig_parent is not None}
-        self.health = HealthTracker(self.inventory)
+        self.health = HealthTracker(())
+        self._take_inventory()
         self.watchdog = MemoryWatchdog(grace_s=config.watchdog_grace_s)
         self.replicas: dict[str, Replica] = {}
         self.interval_s = config.heartbeat_interval_s
@@ -160,6 +157,14 @@ class Agent:
         )
 
     # ------------------------------------------------------------------ start-up
+
+    def _take_inventory(self) -> None:
+        """Read the backend's devices (at start, and after a MIG re-partition)."""
+        self.inventory = self.backend.inventory()
+        self.devices = wire_devices(self.inventory)
+        self._device_memory = {d.uuid: d.memory_mib for d in self.devices}
+        self._mig = {d.uuid for d in self.devices if d.mig_parent is not None}
+        self.health.set_inventory(self.inventory)
 
     def adopt(self) -> list[str]:
         """Pick up every replica left in the state folder by an earlier agent."""
@@ -330,6 +335,9 @@ class Agent:
         )
 
     def heartbeat(self) -> HeartbeatResponse:
+        if self.backend.inventory() != self.inventory:
+            self._take_inventory()  # MIG re-partitioned: register the devices as they are now
+            self.register()
         answer = self.transport.heartbeat(self.heartbeat_request())
         self.heartbeats += 1
         self.handle(answer)

@@ -1,7 +1,9 @@
 """Facts about this node for registration: name, address, CPUs, memory, devices.
 
 Devices are registered as the scheduler places work on them: a physical GPU, or, on a GPU with
-MIG enabled, each of its MIG instances instead (the parent is then not schedulable as a whole).
+MIG enabled, each of its MIG instances instead (the parent is then not schedulable as a whole,
+and a MIG-enabled GPU without instances registers nothing). A MIG instance's model is its
+profile (``MIG 1g.18gb``), so a request for an ``H200`` never lands on a slice of one.
 NVLink groups are the connected components of the NVLink peer graph, numbered by their lowest
 device index; a GPU without peers has no group (``None``).
 """
@@ -72,18 +74,23 @@ def nvlink_groups(devices: tuple[DeviceInfo, ...]) -> dict[str, int | None]:
     return groups
 
 
+def mig_model(profile: str | None) -> str:
+    """The model a MIG instance registers as: ``MIG 1g.18gb`` (``MIG`` when unknown)."""
+    return f"MIG {profile}" if profile else "MIG"
+
+
 def wire_devices(devices: tuple[DeviceInfo, ...]) -> list[WireDevice]:
     """The devices to register: whole GPUs, or the MIG instances of MIG-enabled ones."""
     groups = nvlink_groups(devices)
     wire: list[WireDevice] = []
     for d in devices:
-        if d.mig_enabled and d.mig_instances:
+        if d.mig_enabled:  # its instances, each its own model; none: nothing placeable
             for m in d.mig_instances:
                 wire.append(
                     WireDevice(
                         uuid=m.uuid,
                         index=len(wire),
-                        model=d.name,
+                        model=mig_model(m.profile),
                         memory_mib=m.memory_mib,
                         compute_capability=d.compute_capability,
                         mig_parent=d.uuid,

@@ -57,9 +57,11 @@ class DeviceInfo:
     ``compute_capability`` is ``(major, minor)``; ``pci_bus_id`` is NVML's bus id
     (``00000000:3B:00.0``); ``sm_count`` is the number of streaming multiprocessors;
     ``power_limit_w`` is the enforced board power limit (TDP unless an admin changed it);
-    ``slowdown_temp_c`` is where the GPU starts to throttle. ``mig_enabled`` is ``None`` when the
-    GPU has no MIG support. ``nvlink_peers`` lists the UUIDs of GPUs on this node reached over an
-    active NVLink.
+    ``slowdown_temp_c`` is where the GPU starts to throttle, ``shutdown_temp_c`` where the driver
+    shuts it down (``None``: not reported). ``mig_enabled`` is ``None`` when the GPU has no MIG
+    support; a MIG-enabled GPU with no instances has ``mig_instances == ()`` and nothing of it is
+    placeable. ``nvlink_peers`` lists the UUIDs of GPUs on this node reached over an active
+    NVLink, directly or through an NVSwitch.
     """
 
     uuid: str
@@ -71,6 +73,7 @@ class DeviceInfo:
     sm_count: int | None = None
     power_limit_w: float | None = None
     slowdown_temp_c: float | None = None
+    shutdown_temp_c: float | None = None
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstance, ...] = ()
     nvlink_peers: tuple[str, ...] = ()
@@ -89,7 +92,10 @@ class DeviceSample:
     """What one device was doing at one sample.
 
     ``lost`` is True when the driver reports the GPU gone (fallen off the bus); every other
-    reading is then ``None``.
+    reading is then ``None``. ``memory_used_mib`` excludes driver-reserved memory where the
+    driver reports it (NVML's v2 memory info; ``memory_reserved_mib`` is then that reserve,
+    ``None`` with v1). ``failed_calls`` names the NVML calls that failed this sample with an
+    error other than "not supported" (their readings are ``None``), as ``call: error``.
     """
 
     uuid: str
@@ -102,6 +108,13 @@ class DeviceSample:
     memory_clock_mhz: int | None = None
     processes: tuple[ProcessUsage, ...] = ()
     lost: bool = False
+    memory_reserved_mib: int | None = None
+    failed_calls: tuple[str, ...] = ()
+
+    @property
+    def memory_usable_mib(self) -> int:
+        """What jobs can use: the total less driver-reserved memory."""
+        return self.memory_total_mib - (self.memory_reserved_mib or 0)
 
 
 @dataclass(frozen=True)
