@@ -123,6 +123,11 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     preempt_exempt: float = typer.Option(
         300.0, help="seconds a running job is safe from preemption (anti-loop)"
     ),
+    leader_lease: float = typer.Option(
+        15.0,
+        help="seconds the scheduling lease lasts unrenewed: a frozen leader is replaced by a "
+        "standby server within this time",
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
 ) -> None:
@@ -140,6 +145,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         heartbeat_interval_s=heartbeat,
         node_timeout_s=node_timeout,
         preempt_exempt_s=preempt_exempt,
+        leader_lease_s=leader_lease,
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

@@ -1,7 +1,7 @@
 """Opening the store: where it lives, and the engine settings that make it durable.
 
 - **home**: ``$GPUPOOL_HOME``, default ``~/.local/share/gpupool``; the SQLite file, the admin
-  token and the leader lock live there.
+  token and the job logs live there.
 - **database URL**: ``$GPUPOOL_DATABASE_URL`` (``postgresql+psycopg://user@host/db``) or, when
   unset, ``sqlite:///$GPUPOOL_HOME/gpupool.db``.
 
