@@ -4,19 +4,26 @@ lease passed while it held a decision commits nothing and steps down."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
+from gpupool.control.bootstrap import bootstrap
 from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader
 from gpupool.control.leader import Leadership
 from gpupool.control.loop import SchedulingLoop, default_schedule
+from gpupool.control.settings import ServerSettings
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision
 from gpupool.scheduling.snapshot import ClusterSnapshot
+from gpupool.store.db import make_engine
 from gpupool.store.models import AssignmentModel, LeaderModel
 from tests.control.builders import register, submit
+from tests.store.fixtures import _empty_pg
 
 
 def _standby(cp: ControlPlane) -> ControlPlane:
@@ -93,3 +100,33 @@ def test_a_leader_whose_lease_passed_mid_cycle_commits_nothing_and_steps_down(
     finally:
         standby.release()
         other.close()
+
+
+@pytest.mark.postgres
+def test_a_leader_frozen_inside_a_transaction_on_postgres_is_replaced(
+    pg_database: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    """A leader stopped mid-commit holds the leader row's lock; PostgreSQL ends its idle
+    session, so the standby's take-over goes through instead of waiting for ever."""
+    _empty_pg(pg_database)
+    settings = ServerSettings(home=tmp_path / "home", database_url=pg_database, schedule=False)
+    frozen_engine = make_engine(pg_database, idle_in_transaction_s=1.0)
+    leader = ControlPlane(settings, clock=clock, engine=frozen_engine)
+    leader.prepare()
+    bootstrap(leader)
+    standby = ControlPlane(settings, clock=clock)
+    try:
+        assert Leadership(leader).try_acquire()
+        conn = frozen_engine.connect()
+        conn.begin()
+        check = select(LeaderModel.epoch).where(LeaderModel.id == 1).with_for_update()
+        assert conn.execute(check).scalar() == leader.epoch  # mid-commit: the row is locked
+        clock.advance(settings.leader_lease_s + 1)  # ...and then the process froze
+        assert Leadership(standby).try_acquire()  # waits for PostgreSQL to end that session
+        assert standby.epoch == leader.epoch + 1
+        with pytest.raises(DBAPIError):  # the frozen leader's commit fails when it wakes
+            conn.execute(check)
+        conn.close()
+    finally:
+        standby.close()
+        leader.close()

@@ -8,7 +8,10 @@
 SQLite runs in WAL mode with ``synchronous=FULL`` (a commit the API acknowledged survives a
 power cut), foreign keys on, and a busy timeout so concurrent writers queue instead of failing.
 PostgreSQL connections are checked before use (``pool_pre_ping``), so the server recovers on
-its own after the database comes back.
+its own after the database comes back. A session that sits in an open transaction for
+``IDLE_IN_TRANSACTION_S`` without sending anything (its process frozen by SIGSTOP or a pause
+mid-commit) is ended by PostgreSQL, so the row locks it held (the leader row among them) are
+freed and a standby can take over; the frozen server's commit then fails when it wakes.
 
 **File modes.** The store holds uploads, job environments and token hashes, and the home holds
 the admin token: neither may be readable by a job running under another account. The SQLite
@@ -136,7 +139,14 @@ def _sqlite_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+#: Seconds a PostgreSQL session may stay idle inside a transaction before the server ends it
+#: (far above any pause between a gpupool transaction's statements).
+IDLE_IN_TRANSACTION_S = 60.0
+
+
+def make_engine(
+    url: str, *, pool_size: int = 10, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S
+) -> Engine:
     """An engine for ``url`` with gpupool's durability and recovery settings."""
     if is_sqlite(url):
         path = url.split("///", 1)[-1].split("?", 1)[0]
@@ -157,7 +167,11 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         max_overflow=pool_size * 2,
         pool_pre_ping=True,
         pool_timeout=5,
-        connect_args={"connect_timeout": 3},
+        connect_args={
+            "connect_timeout": 3,
+            "options": "-c idle_in_transaction_session_timeout="
+            f"{max(1, int(idle_in_transaction_s * 1000))}",
+        },
     )
 
 
