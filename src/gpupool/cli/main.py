@@ -100,7 +100,8 @@ def up(
     # (a cluster's `gpupool server` waits for --migrate).
     settings = ServerSettings.build(home, host=host, port=port, migrate=True)
     try:
-        check_mode(run_as, [])
+        # The home itself is made passable at start; the folders above it must already be.
+        check_mode(run_as, [settings.home.parent])
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
