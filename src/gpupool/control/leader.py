@@ -76,6 +76,12 @@ class Leadership:
     def _take(self) -> bool:
         started = self.cp.clock.monotonic()
         try:
+            # A read first: a standby asks every tick, and most of the time the lease is held,
+            # which needs no write lock (SQLite has one for the whole store) to find out.
+            with self.cp.read() as s:
+                held = s.get(LeaderModel, 1)
+                if held is not None and held.expires > self.cp.now():
+                    return False
             with self.cp.tx() as s:
                 row = s.get(LeaderModel, 1, with_for_update=True)
                 if row is None:
