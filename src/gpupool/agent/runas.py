@@ -28,8 +28,8 @@ not reach a job, and ``/proc/<agent pid>/environ`` is readable only by the agent
 
 Jobs of different users then cannot read each other's folders (the agent makes the folders it
 creates ``0700``, owned by the job's account) and cannot signal each other's processes. Jobs
-that share one service account can reach each other's files; use ``submitter`` to keep tenants
-apart too.
+that share one service account can reach each other's files, process environments and
+processes; use ``submitter`` to keep tenants apart too.
 """
 
 from __future__ import annotations
