@@ -39,7 +39,7 @@ from gpupool.agent.node import (
     wire_devices,
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
-from gpupool.agent.runas import AGENT, SUBMITTER, Account, NoAccount, account_for, hand_over
+from gpupool.agent.runas import AGENT, Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
 from gpupool.agent.usage import newest_mtime, usage_by_replica
@@ -98,7 +98,7 @@ class AgentConfig:
     watchdog_grace_s: float = 30.0
     pressure_threshold: float = 0.95
     use_mps: bool = True
-    run_as: str = AGENT  # or SUBMITTER: jobs run as their users' Unix accounts (agent/runas.py)
+    run_as: str = AGENT  # SUBMITTER, or one account's name: who jobs run as (agent/runas.py)
 
 
 @dataclass
@@ -409,8 +409,7 @@ class Agent:
                 raise IsolationUnavailable(
                     f"devices {', '.join(unknown)} are not on node {self.config.node}"
                 )
-            if self.config.run_as == SUBMITTER:
-                account = account_for(a.user, self.config.node)
+            account = job_account(self.config.run_as, a.user, self.config.node)
             replica.isolation = resolve(a.isolation, ctx)
             workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,8 @@ the admin token (kept in ``$GPUPOOL_HOME/agent-token``, mode 0600, reused while 
 and runs :class:`~gpupool.agent.agent.Agent` with real GPUs when a driver is present, simulated
 ones otherwise (``DEFAULT_SIMULATE``, or ``simulate`` to choose). Its state folder is
 ``$GPUPOOL_HOME/agent/<node>``, so a restarted ``gpupool up`` re-adopts the jobs that kept
-running.
+running. With ``run_as`` (``gpupool up --run-as``) its jobs run as another account, as with
+``gpupool agent --run-as`` (see agent/runas.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx
 
 from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.node import default_node_name
+from gpupool.agent.runas import AGENT, check_mode, protect_state
 from gpupool.agent.transport import AgentRejected, HttpTransport
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.domain.errors import GpupoolError
@@ -34,6 +36,7 @@ LOCAL_AGENT_USER = "local-agent"
 
 def _write_secret(path: Path, secret: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that was already there keeps its mode otherwise
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(secret + "\n")
 
@@ -71,6 +74,7 @@ class LocalAgent:
         seed: int = 0,
         clock: Clock | None = None,
         announce: Callable[[str], None] = log.info,
+        run_as: str = AGENT,
     ) -> None:
         self.home = home
         self.url = url
@@ -79,6 +83,7 @@ class LocalAgent:
         self.seed = seed
         self.clock = clock or SystemClock()
         self.announce = announce
+        self.run_as = run_as
         self.node = default_node_name()
         self.state_dir = home / "agent" / self.node
         self.agent: Agent | None = None
@@ -116,7 +121,12 @@ class LocalAgent:
                 fallback=DEFAULT_SIMULATE,
             )
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            config = AgentConfig(node=self.node, state_dir=self.state_dir, address="127.0.0.1")
+            reachable = [self.state_dir / "work", self.state_dir / "checkpoints"]
+            protect_state(self.run_as, self.state_dir, reachable, below=self.home)
+            check_mode(self.run_as, reachable)
+            config = AgentConfig(
+                node=self.node, state_dir=self.state_dir, address="127.0.0.1", run_as=self.run_as
+            )
             self.agent = Agent(config, backend, HttpTransport(self.url, token), self.clock)
             kinds = ", ".join(sorted({d.name for d in self.agent.inventory}))
             self.announce(

@@ -1,16 +1,35 @@
-"""Which Unix account a job's processes run as (``gpupool agent --run-as MODE``).
+"""Which Unix account a job's processes run as (``gpupool agent --run-as MODE``, ``gpupool up
+--run-as MODE``), and the file modes that keep the node's credentials out of the job's reach.
 
 - ``agent`` (the default): the agent's own account, as on a one-person pool (``gpupool up``).
+  Such a job can read everything the agent can: its token, its state folder and, beside
+  ``gpupool up``, the server's home with the admin token and the store. Only right for a pool
+  with one user, and said so at start.
 - ``submitter``: the account named like the job's gpupool user (``alice`` runs as Unix
-  ``alice``, as with Slurm, where accounts come from LDAP/SSSD on every node). The agent must
-  run as root to switch; the job's supervisor stays root-owned (it records the exit code and
-  writes the logs, which the job cannot alter) and starts the program with the account's uid,
-  gid and groups, and ``HOME``, ``USER``, ``LOGNAME`` of that account. The job's working folder
-  and checkpoint folder are given to the account. A user without an account on the node, or
-  one whose account is uid 0, is a boot failure with the reason: jobs never run as root.
+  ``alice``, as with Slurm, where accounts come from LDAP/SSSD on every node).
+- any other word: that Unix account for every job (a service account the operator made for
+  jobs, e.g. ``useradd --system --no-create-home --shell /usr/sbin/nologin gpupool-job``). It
+  must exist and not be root, and it must not be the agent's own account.
+
+Switching accounts needs the agent to run as root. The job's supervisor stays root-owned (it
+records the exit code and writes the logs, which the job cannot alter) and starts the program
+with the account's uid, gid and groups, and ``HOME``, ``USER``, ``LOGNAME`` of that account.
+The job's working folder and checkpoint folder are given to the account. A user without an
+account on the node, or one whose account is uid 0, is a boot failure with the reason: jobs
+never run as root.
+
+**Credentials out of reach** (:func:`protect_state`, :func:`check_token_file`): when jobs run as
+another account, the agent's state folder and the folders above the jobs' folders are ``0711``
+(others may pass to their own job's folder, not list or read), the supervisors' records
+(``jobs/``: launch specs with their environments, logs; ``done/``) are ``0700``, and the agent
+refuses to start while its token file is readable by anyone but itself. The job environment
+never holds ``GPUPOOL_*`` names from the agent's (see agent/env.py), so ``GPUPOOL_TOKEN`` does
+not reach a job, and ``/proc/<agent pid>/environ`` is readable only by the agent's account.
 
 Jobs of different users then cannot read each other's folders (the agent makes the folders it
-creates ``0700``, owned by the job's account) and cannot signal each other's processes.
+creates ``0700``, owned by the job's account) and cannot signal each other's processes. Jobs
+that share one service account can reach each other's files, process environments and
+processes; use ``submitter`` to keep tenants apart too.
 """
 
 from __future__ import annotations
@@ -26,6 +45,9 @@ from gpupool.domain.errors import GpupoolError
 AGENT = "agent"
 SUBMITTER = "submitter"
 MODES = (AGENT, SUBMITTER)
+#: Folder modes when jobs run as another account (see the module docstring).
+PASS_ONLY = 0o711
+PRIVATE = 0o700
 
 
 class NoAccount(Exception):
@@ -69,28 +91,121 @@ def account_for(user: str, node: str) -> Account:
     return Account(user, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
 
 
+def switches_account(mode: str) -> bool:
+    """True when jobs run as an account other than the agent's (``submitter`` or a named one)."""
+    return mode != AGENT
+
+
+def service_account(mode: str) -> Account | None:
+    """The one account every job runs as under ``--run-as ACCOUNT``; ``None`` for ``agent`` and
+    ``submitter``. Raises :class:`GpupoolError` saying what to do for a bad account."""
+    if mode in MODES:
+        return None
+    try:
+        entry = pwd.getpwnam(mode)
+    except KeyError:
+        raise GpupoolError(
+            f"--run-as {mode!r}: no Unix account of that name; choose one of agent, submitter, "
+            "or an account made for jobs (e.g. `useradd --system --no-create-home --shell "
+            f"/usr/sbin/nologin {mode}`)"
+        ) from None
+    if entry.pw_uid == 0:
+        raise GpupoolError(
+            f"--run-as {mode!r} is the Unix superuser: jobs never run as root; name an "
+            "unprivileged account"
+        )
+    if entry.pw_uid == os.geteuid():
+        raise GpupoolError(
+            f"--run-as {mode!r} is the agent's own account, which holds its token: name "
+            "another account (or use --run-as agent on a one-person pool)"
+        )
+    groups = tuple(sorted(set(os.getgrouplist(mode, entry.pw_gid))))
+    return Account(mode, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
+
+
+def job_account(mode: str, user: str, node: str) -> Account | None:
+    """The account a job of gpupool user ``user`` runs as (``None``: the agent's own), or
+    :class:`NoAccount`."""
+    if mode == AGENT:
+        return None
+    if mode == SUBMITTER:
+        return account_for(user, node)
+    try:
+        return service_account(mode)
+    except GpupoolError as exc:  # the account went away after the agent started
+        raise NoAccount(str(exc)) from None
+
+
 def check_mode(mode: str, reachable: list[Path]) -> None:
     """Refuse to start an agent that could not do what ``mode`` promises.
 
     ``reachable``: folders the jobs must be able to enter (their working and checkpoint folders
     live below them); every folder above them must let others pass (``o+x``)."""
-    if mode not in MODES:
-        raise GpupoolError(f"--run-as {mode!r}: choose one of {', '.join(MODES)}")
+    if not mode:
+        raise GpupoolError("--run-as needs a value: choose one of agent, submitter or an account")
     if mode == AGENT:
         return
+    service_account(mode)
     if os.geteuid() != 0:
         raise GpupoolError(
-            "--run-as submitter starts jobs as their users' Unix accounts, which needs the "
-            "agent to run as root: start it as root, or use --run-as agent"
+            f"--run-as {mode} starts jobs as another Unix account, which needs the agent to "
+            "run as root: start it as root, or use --run-as agent"
         )
     for folder in reachable:
         for part in [folder.resolve(), *folder.resolve().parents]:
             if part.exists() and not part.stat().st_mode & stat.S_IXOTH:
                 raise GpupoolError(
-                    f"jobs running as their submitters cannot reach {folder}: {part} does not "
+                    f"jobs running as another account cannot reach {folder}: {part} does not "
                     f"let others pass; `chmod o+x {part}`, or choose a --state-dir / "
                     "--checkpoint-root below folders that do"
                 )
+
+
+def check_token_file(mode: str, path: Path) -> None:
+    """Refuse a token file a job could read: readable by group or others, or owned by the
+    account jobs run as."""
+    if not switches_account(mode):
+        return
+    info = path.stat()
+    if info.st_mode & 0o077:
+        raise GpupoolError(
+            f"the token file {path} is readable by other accounts (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}) and jobs run as another account: "
+            f"`chmod 600 {path}`"
+        )
+    account = service_account(mode)
+    if account is not None and info.st_uid == account.uid:
+        raise GpupoolError(
+            f"the token file {path} belongs to {account.name}, the account jobs run as: "
+            f"`chown root {path}`"
+        )
+
+
+def protect_state(
+    mode: str, state_dir: Path, reachable: list[Path], *, below: Path | None = None
+) -> None:
+    """Set the modes of the agent's state folder when jobs run as another account: the folder
+    and ``reachable`` (where job folders are made) pass-only, the supervisors' records
+    private. ``below``: a folder above ``state_dir`` (``gpupool up``'s home); the folders
+    between the two are made pass-only too."""
+    if not switches_account(mode):
+        return
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(PASS_ONLY)
+    if below is not None:
+        top = below.resolve()
+        for part in state_dir.resolve().parents:
+            if part == top or not part.is_relative_to(top):
+                break
+            part.chmod(PASS_ONLY)
+    for name in ("jobs", "done"):
+        (state_dir / name).mkdir(exist_ok=True)
+        (state_dir / name).chmod(PRIVATE)
+    inside = state_dir.resolve()
+    for folder in reachable:
+        if folder.resolve().is_relative_to(inside):  # an operator's own folder is left alone
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(PASS_ONLY)
 
 
 def hand_over(folder: Path, account: Account) -> None:

@@ -47,7 +47,27 @@ def read_token(path: Path) -> str:
     return token
 
 
-def start_local_agent(settings: ServerSettings, simulate: str | None) -> LocalAgent:
+def jobs_run_as(mode: str, credential: str) -> str:
+    """The start-up line that says whose account jobs run as, and what that means."""
+    import pwd
+
+    from gpupool.agent.runas import AGENT, SUBMITTER
+
+    if mode == SUBMITTER:
+        return "jobs run as their submitters' Unix accounts (--run-as submitter)"
+    if mode != AGENT:
+        return f"jobs run as Unix account {mode} (--run-as {mode})"
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    return (
+        f"jobs run as {me}, this process's own account: any job can read {credential}. "
+        "Fine for a pool of one person; with more users start as root with --run-as "
+        "submitter or --run-as ACCOUNT (see docs/deploy.md, 'Whose account jobs run as')"
+    )
+
+
+def start_local_agent(
+    settings: ServerSettings, simulate: str | None, run_as: str = "agent"
+) -> LocalAgent:
     """Start ``gpupool up``'s local agent beside the server being started with ``settings``."""
     from gpupool.agent.local import LocalAgent
 
@@ -58,6 +78,7 @@ def start_local_agent(settings: ServerSettings, simulate: str | None) -> LocalAg
         admin_token_path=settings.admin_token_path,
         simulate=simulate,
         announce=typer.echo,
+        run_as=run_as,
     )
     local.start()
     return local
@@ -82,8 +103,10 @@ def run_agent(  # noqa: PLR0917 - typer options
     log_cap: str = typer.Option("64MiB", help="size cap of each job's stdout and stderr log"),
     run_as: str = typer.Option(
         "agent",
-        help="whose Unix account jobs run as: 'agent' (this agent's) or 'submitter' (the "
-        "account named like the job's gpupool user; needs root)",
+        help="whose Unix account jobs run as: 'agent' (this agent's: one-person pools only, a "
+        "job can read the agent's token), 'submitter' (the account named like the job's "
+        "gpupool user) or an account's name (one service account for jobs); the last two "
+        "need root",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
 ) -> None:
@@ -94,7 +117,7 @@ def run_agent(  # noqa: PLR0917 - typer options
     """
     from gpupool.agent.agent import Agent, AgentConfig
     from gpupool.agent.node import default_node_name
-    from gpupool.agent.runas import check_mode
+    from gpupool.agent.runas import check_mode, check_token_file, protect_state
     from gpupool.agent.transport import AgentRejected, HttpTransport
     from gpupool.control.clock import SystemClock
     from gpupool.domain.units import mib_to_bytes, parse_memory
@@ -124,8 +147,12 @@ def run_agent(  # noqa: PLR0917 - typer options
         log_cap_bytes=cap,
         run_as=run_as,
     )
+    reachable = [folder / "work", checkpoint_root or folder / "checkpoints"]
     try:
-        check_mode(run_as, [folder / "work", checkpoint_root or folder / "checkpoints"])
+        check_mode(run_as, [])
+        protect_state(run_as, folder, reachable)
+        check_mode(run_as, reachable)
+        check_token_file(run_as, token_file)
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -138,6 +165,7 @@ def run_agent(  # noqa: PLR0917 - typer options
         f"gpupool agent: node {name}, {len(agent.devices)} {backend.name} GPU(s) "
         f"({', '.join(kinds)}), server {server}, state in {folder}"
     )
+    typer.echo(jobs_run_as(run_as, f"this node's agent token ({token_file})"))
     try:
         agent.run(stop)
     except AgentRejected as exc:

@@ -14,6 +14,7 @@ Wait for ``GET /readyz`` to answer 200 before sending work.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from types import FrameType
 
@@ -34,18 +35,30 @@ def write_server_url(settings: ServerSettings) -> Path:
         host = f"[{host}]"
     path = settings.home / "server-url"
     settings.home.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"http://{host}:{settings.port}\n", encoding="utf-8")
+    # No secret in it, but only this account's clients read it: private like the rest.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(f"http://{host}:{settings.port}\n")
     return path
 
 
-def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int = 1) -> None:
+def serve(
+    settings: ServerSettings,
+    *,
+    log_level: str = "warning",
+    workers: int = 1,
+    others_may_pass: bool = False,
+) -> None:
     """Run the server until interrupted; errors a person can act on exit with code 2.
 
-    With ``workers > 1`` the store is prepared here, then uvicorn starts that many worker
-    processes; each runs the scheduling loop, and the leader lease lets one of them schedule.
+    The home is made private first (``store.db.secure_home``: ``0700``, its token files and
+    SQLite files ``0600``); ``others_may_pass`` makes it ``0711`` instead, for ``gpupool up
+    --run-as``, whose jobs run as another account and reach their folders under
+    ``home/agent``. With ``workers > 1`` the store is prepared here, then uvicorn starts that
+    many worker processes; each runs the scheduling loop, and the leader lease lets one of
+    them schedule.
     """
-    import os
-
     import uvicorn
 
     from gpupool.api.app import SETTINGS_ENV, create_app
@@ -55,7 +68,10 @@ def serve(settings: ServerSettings, *, log_level: str = "warning", workers: int 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from gpupool.store.db import secure_home
+
     try:
+        secure_home(settings.home, others_may_pass=others_may_pass)
         if workers > 1:
             cp = ControlPlane(settings)
             cp.prepare()
@@ -123,6 +139,11 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     preempt_exempt: float = typer.Option(
         300.0, help="seconds a running job is safe from preemption (anti-loop)"
     ),
+    leader_lease: float = typer.Option(
+        15.0,
+        help="seconds the scheduling lease lasts unrenewed: a frozen leader is replaced by a "
+        "standby server within this time",
+    ),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
 ) -> None:
@@ -140,6 +161,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         heartbeat_interval_s=heartbeat,
         node_timeout_s=node_timeout,
         preempt_exempt_s=preempt_exempt,
+        leader_lease_s=leader_lease,
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

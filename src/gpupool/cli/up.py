@@ -20,24 +20,39 @@ def up(
     simulate: str | None = typer.Option(
         None, help="simulate GPUs (e.g. 4xA100-80GB,2xT4); default: real GPUs, else 4xA100-80GB"
     ),
+    run_as: str = typer.Option(
+        "agent",
+        help="whose Unix account jobs run as: 'agent' (yours: one-person pools only, a job can "
+        "read the admin token), 'submitter' or an account's name (needs root)",
+    ),
 ) -> None:
     """Run the pool on this machine: API server, SQLite store, scheduling loop and local agent.
 
-    A store made by an older gpupool is migrated to this version's schema at start.
+    A store made by an older gpupool is migrated to this version's schema at start. Jobs run
+    as your account unless ``--run-as`` names another (see docs/deploy.md).
 
     Example: ``gpupool up --port 8470 --simulate 2xA100-80GB,2xT4``
     """
-    from gpupool.cli.agent import start_local_agent
+    from gpupool.agent.runas import check_mode, switches_account
+    from gpupool.cli.agent import jobs_run_as, start_local_agent
     from gpupool.cli.server import serve
     from gpupool.control.settings import ServerSettings
+    from gpupool.domain.errors import GpupoolError
 
     # A standalone pool is one person's: its store follows gpupool's upgrades by itself
     # (a cluster's `gpupool server` waits for --migrate).
     settings = ServerSettings.build(home, host=host, port=port, migrate=True)
-    typer.echo(f"gpupool {__version__}: dashboard http://{host}:{port}/, API docs at /docs")
-    local = start_local_agent(settings, simulate)
     try:
-        serve(settings)
+        # The home itself is made passable at start; the folders above it must already be.
+        check_mode(run_as, [settings.home.parent])
+    except GpupoolError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"gpupool {__version__}: dashboard http://{host}:{port}/, API docs at /docs")
+    typer.echo(jobs_run_as(run_as, f"the admin token and the store in {settings.home}"))
+    local = start_local_agent(settings, simulate, run_as)
+    try:
+        serve(settings, others_may_pass=switches_account(run_as))
     finally:
         local.stop()
         typer.echo("gpupool stopped; running jobs are re-adopted when it starts again")

@@ -1,26 +1,31 @@
-"""Leadership: only one server schedules, and a deposed one cannot write.
+"""Leadership: only one server schedules, a frozen one is replaced, and a deposed one cannot write.
 
 Words:
 
-- **lease**: held while this server keeps a PostgreSQL session-level advisory lock open on a
-  dedicated connection (SQLite: an exclusive ``flock`` on ``$GPUPOOL_HOME/leader.lock``, since
-  SQLite stores are served by one host). The lease is lost when that connection (or process)
-  dies, and the next server takes it.
+- **lease**: the row ``leader`` (id 1) in the store says which epoch leads and until when
+  (``expires``, wall-clock seconds). The leader renews it every ``leader_lease_s / 3`` seconds
+  from a thread of its own (so a long scheduling cycle does not let it lapse); a standby takes
+  it when ``expires`` has passed. A leader that is frozen (SIGSTOP, a long GC or swap pause,
+  a partition from the store) stops renewing and is replaced within ``leader_lease_s``. A leader
+  that stops cleanly clears ``expires`` so a standby takes over at its next tick.
 - **epoch**: on taking the lease a server increments ``leader.epoch`` and remembers the value.
-  Every scheduling commit re-reads the row (``SELECT ... FOR UPDATE``) and aborts when the
-  epoch is not its own, so a server that lost its lease without noticing (a long GC pause, a
-  partition) cannot commit a stale decision.
+  Every scheduling commit re-reads the row (``SELECT ... FOR UPDATE``; SQLite: under the write
+  lock of ``BEGIN IMMEDIATE``) and aborts when the epoch is not its own, so a server that lost its
+  lease without noticing cannot commit a stale decision. The epoch, not the clock, is what keeps
+  decisions single: servers' clocks only decide *when* a standby takes over (keep them in step,
+  NTP, to well within the lease).
+- **step down**: a leader that finds another epoch in the row, or that could not renew for a
+  whole lease (its own monotonic clock says so, whatever the store's row holds), stops leading
+  and becomes a standby; a resumed frozen leader does so before it acts again (its lease is
+  older than half a lease, so :meth:`Leadership.try_acquire` renews first and finds it lost).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
-from typing import IO
+import threading
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -30,103 +35,136 @@ from gpupool.store.models import LeaderModel
 
 log = logging.getLogger("gpupool.control.leader")
 
-#: Advisory lock key: "gpupool" in ASCII, as a 64-bit integer.
-LOCK_KEY = 0x677075706F6F6C
+_STORE_ERRORS = (Unavailable, OperationalError, DBAPIError)
 
 
 class Leadership:
+    """This server's claim on the scheduling lease (see the module docstring)."""
+
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
-        self._conn: Connection | None = None
-        self._file: IO[str] | None = None
+        self.lease_s = cp.settings.leader_lease_s
+        self._renewed = 0.0  # monotonic time of the last successful take or renewal
+        self._lock = threading.Lock()  # one take/renew/release at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @property
     def is_leader(self) -> bool:
         return self.cp.epoch > 0
 
-    def _take_lock(self) -> bool:
-        if self.cp.sqlite:
-            path = self.cp.settings.home / "leader.lock"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held while leading
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                handle.close()
-                return False
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{self.cp.settings.server_id} pid {os.getpid()}\n")
-            handle.flush()
-            self._file = handle
-            return True
-        conn = self.cp.engine.connect()
-        try:
-            got = bool(
-                conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar()
-            )
-            conn.commit()
-        except (OperationalError, DBAPIError):
-            conn.close()
-            raise
-        if not got:
-            conn.close()  # no lock taken: the connection may go back to the pool
-            return False
-        self._conn = conn
-        return True
-
+    # ------------------------------------------------------------------ take, renew, release
     def try_acquire(self) -> bool:
-        """Take the lease if free; on success bump the epoch. Returns whether we lead."""
-        if self.is_leader:
-            return self.check()
+        """Lead if we do (renewing a lease older than half its length first), or take the
+        lease if it has expired (bumping the epoch). Returns whether this server leads."""
+        with self._lock:
+            if self.is_leader:
+                if self.cp.clock.monotonic() - self._renewed >= self.lease_s / 2:
+                    return self._renew()
+                return True
+            return self._take()
+
+    def renew(self) -> bool:
+        """Extend our lease now; steps down (and returns False) when it is no longer ours."""
+        with self._lock:
+            return self.is_leader and self._renew()
+
+    def check(self) -> bool:
+        """Still leading? (Renews when due; see :meth:`try_acquire`.)"""
+        return self.try_acquire() if self.is_leader else False
+
+    def _take(self) -> bool:
+        started = self.cp.clock.monotonic()
         try:
-            if not self._take_lock():
-                return False
+            # A read first: a standby asks every tick, and most of the time the lease is held,
+            # which needs no write lock (SQLite has one for the whole store) to find out.
+            with self.cp.read() as s:
+                held = s.get(LeaderModel, 1)
+                if held is not None and held.expires > self.cp.now():
+                    return False
             with self.cp.tx() as s:
                 row = s.get(LeaderModel, 1, with_for_update=True)
                 if row is None:
-                    row = LeaderModel(id=1, epoch=0, holder="", since=0.0)
+                    row = LeaderModel(id=1, epoch=0, holder="", since=0.0, expires=0.0)
                     s.add(row)
+                now = self.cp.now()
+                if row.expires > now:
+                    return False  # another server's lease is in force
+                previous = row.holder
                 row.epoch += 1
                 row.holder = self.cp.settings.server_id
-                row.since = self.cp.now()
+                row.since = now
+                row.expires = now + self.lease_s
                 epoch = row.epoch
-        except (Unavailable, OperationalError, DBAPIError) as exc:
+        except _STORE_ERRORS as exc:
             log.warning("could not take the scheduling lease: %s", exc)
-            self.release()
             return False
         self.cp.epoch = epoch
-        log.info("this server leads scheduling, epoch %d", epoch)
+        self._renewed = started
+        after = f" (after {previous})" if previous else ""
+        log.info("this server leads scheduling, epoch %d%s", epoch, after)
         return True
 
-    def check(self) -> bool:
-        """Still leading? (PostgreSQL: the lock connection is alive.)"""
-        if self._conn is not None:
-            try:
-                self._conn.execute(text("SELECT 1"))
-                self._conn.commit()
-            except (OperationalError, DBAPIError):
-                log.warning("lost the scheduling lease (database connection gone)")
-                self.release()
-                return False
-        return self.is_leader
+    def _renew(self) -> bool:
+        started = self.cp.clock.monotonic()
+        try:
+            with self.cp.tx() as s:
+                row = s.get(LeaderModel, 1, with_for_update=True)
+                if row is None or row.epoch != self.cp.epoch:
+                    holder = row.holder if row is not None else "nobody"
+                    current = row.epoch if row is not None else 0
+                    lost = f"epoch {current} of {holder} took over"
+                else:
+                    row.expires = self.cp.now() + self.lease_s
+                    lost = ""
+        except _STORE_ERRORS as exc:
+            if started - self._renewed < self.lease_s:
+                log.warning("could not renew the scheduling lease (will retry): %s", exc)
+                return True
+            lost = f"not renewed for {started - self._renewed:.0f}s ({exc})"
+        if lost:
+            epoch = self.cp.epoch
+            log.warning("lost the scheduling lease, epoch %d: %s; stepping down", epoch, lost)
+            self.cp.epoch = 0
+            return False
+        self._renewed = started
+        return True
 
     def release(self) -> None:
-        self.cp.epoch = 0
-        if self._conn is not None:
-            # Session-level advisory locks live as long as the database session: a pooled
-            # connection would keep the lock, so unlock and throw the connection away.
-            with contextlib.suppress(Exception):
-                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
-            with contextlib.suppress(Exception):
-                self._conn.invalidate()
-                self._conn.close()
-            self._conn = None
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
-                self._file.close()
-            self._file = None
+        """Stop leading; when the lease is still ours, end it so a standby takes over now."""
+        with self._lock:
+            epoch, self.cp.epoch = self.cp.epoch, 0
+            if epoch <= 0:
+                return
+            try:
+                with self.cp.tx() as s:
+                    row = s.get(LeaderModel, 1, with_for_update=True)
+                    if row is not None and row.epoch == epoch:
+                        row.expires = 0.0
+            except _STORE_ERRORS as exc:
+                log.warning("could not end the scheduling lease (it expires by itself): %s", exc)
+
+    # ------------------------------------------------------------------ background renewal
+    def start_renewing(self) -> None:
+        """Renew the lease every ``lease_s / 3`` seconds from a thread of its own whenever this
+        server leads, until :meth:`stop_renewing` (real time; tests with a manual clock call
+        :meth:`renew` instead)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name="gpupool-lease", daemon=True)
+        self._thread.start()
+
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            if self.is_leader and not self.renew():
+                self.cp.poke()  # the loop notices at once that it no longer leads
 
 
 def check_epoch(session: Session, epoch: int) -> None:

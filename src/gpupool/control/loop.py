@@ -284,6 +284,7 @@ class SchedulingLoop:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
             self._thread.start()
+            self.leadership.start_renewing()
             self.cp.poke()
 
     def stop(self) -> None:
@@ -292,4 +293,5 @@ class SchedulingLoop:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        self.leadership.stop_renewing()
         self.leadership.release()

@@ -1,6 +1,6 @@
 """Server settings, with their units. Built once at start (CLI options, environment).
 
-- ``home``: the gpupool home folder (SQLite file, admin token, leader lock).
+- ``home``: the gpupool home folder (SQLite file, admin token, logs).
 - ``database_url``: SQLAlchemy URL; ``None`` means SQLite under ``home``.
 - ``heartbeat_interval_s``: how often agents heartbeat; ``node_timeout_s``: silence after which a
   node is marked down and its jobs are failed over.
@@ -20,6 +20,8 @@
 - ``catalog_cache_s``: how long submits trust the cached tenant, pool and priority-class
   names and values (seconds; 0 = read them each time). Changes made by this process take
   effect at once; made by another, within this time.
+- ``leader_lease_s``: how long the scheduling lease lasts without renewal (seconds; renewed every
+  third of it): a frozen or cut-off leader is replaced by a standby within this time.
 - ``submit_batch``: the most submits written in one transaction (group commit);
   ``submit_writers``: how many such transactions may be under way at once.
 """
@@ -60,6 +62,7 @@ class ServerSettings:
     catalog_cache_s: float = 5.0
     submit_batch: int = 64
     submit_writers: int = 2
+    leader_lease_s: float = 15.0
     server_id: str = field(default_factory=_server_id)
 
     @property

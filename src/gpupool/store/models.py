@@ -308,7 +308,8 @@ class EventModel(Base):
 
 
 class LeaderModel(Base):
-    """One row (id 1): the scheduling epoch and the server that holds it."""
+    """One row (id 1): the scheduling epoch, the server that holds it, and until when its lease
+    runs (``expires``: wall-clock seconds; 0 = free; see control/leader.py)."""
 
     __tablename__ = "leader"
 
@@ -316,6 +317,7 @@ class LeaderModel(Base):
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     holder: Mapped[str] = mapped_column(String(200), default="")
     since: Mapped[float] = mapped_column(Float, default=0.0)
+    expires: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class UploadModel(Base):
