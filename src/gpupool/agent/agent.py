@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
-from gpupool.agent.env import job_env
+from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import Executor, Observed
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
 from gpupool.agent.logship import LogShipper, LogSink
@@ -399,15 +399,15 @@ class Agent:
             if self.config.run_as == SUBMITTER:
                 account = account_for(a.user, self.config.node)
             replica.isolation = resolve(a.isolation, ctx)
-            workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
+            own = self.config.state_dir / "work" / a.job_id
+            workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-            made_workdir = a.workdir is None
             if a.workdir_upload is not None:
                 # Each replica gets its own copy of the uploaded folder.
                 workdir = str(self.config.state_dir / "work" / a.job_id / a.assignment_id)
                 fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
                 made_workdir = True
-            elif a.workdir is None:
+            elif made_workdir:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
             if not Path(workdir).is_dir():
                 raise IsolationUnavailable(
@@ -435,6 +435,7 @@ class Agent:
         argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
         if account is not None:
             env.update(account.env())
+        env["PWD"] = workdir
         spec = LaunchSpec(
             argv=argv,
             env=env,
@@ -449,6 +450,8 @@ class Agent:
         )
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
+        if moved:
+            replica.local_reason = "; ".join(filter(None, (replica.local_reason, moved)))
         self.replicas[a.assignment_id] = replica
         self.executor.launch(a.assignment_id, spec, self._record(replica))
         if self.shipper is not None:

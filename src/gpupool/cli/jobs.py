@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from gpupool.agent.env import own_venv, without_venv
 from gpupool.cli import render
 from gpupool.cli.session import (
     ExpectedOpt,
@@ -41,6 +43,8 @@ from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.sdk import Client, LogPiece, PendingNotice, merge_spec
 from gpupool.control.clock import SystemClock
 from gpupool.domain.arrays import parse_array
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.jobs import reserved_env_rule, validate_env_name
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
 from gpupool.domain.states import ACTIVE_STATES, JobState
 from gpupool.domain.units import parse_duration
@@ -57,6 +61,50 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
             raise fail(f"-e {pair!r} is not KEY=VALUE: write it like -e WANDB_MODE=offline")
         env[key] = value
     return env
+
+
+def export_env(export: str, environ: Mapping[str, str], venv: Path | None = None) -> dict[str, str]:
+    """The submitter's environment a job takes, from ``--export`` (as sbatch's): ``ALL``
+    (everything but reserved names and gpupool's own virtual environment ``venv``), ``NONE``,
+    or a comma list of ``NAME`` (from ``environ``) and ``NAME=value``, optionally after
+    ``ALL`` or ``NONE``. A reserved or unset name given by name is refused."""
+    items = export.split(",")
+    out: dict[str, str] = {}
+    mode = items[0].strip().upper()
+    if mode in ("ALL", "NONE"):
+        items.pop(0)
+    if mode == "ALL":
+        for name, value in environ.items():
+            try:
+                validate_env_name(name)
+            except InvalidValue:
+                continue  # reserved names, or ones no job file could hold: not exported
+            out[name] = value
+        out = without_venv(out, venv)
+    for item in items:
+        name, sep, value = item.strip().partition("=")
+        if not name:
+            raise fail(
+                f"--export {export!r} has an empty name: give ALL, NONE or NAME[=value],... "
+                "e.g. --export ALL,WANDB_MODE=offline"
+            )
+        try:
+            validate_env_name(name)
+        except InvalidValue as exc:
+            if reserved_env_rule(name) is None:
+                raise fail(f"--export {name}: {exc}") from None
+            raise fail(
+                f"--export {name}: environment name {name!r} is reserved "
+                f"({reserved_env_rule(name)} is set by gpupool for the job): leave it out of "
+                "--export"
+            ) from None
+        if not sep and name not in environ:
+            raise fail(
+                f"--export {name}: it is not set in your environment: set it, or give "
+                f"--export {name}=VALUE"
+            )
+        out[name] = value if sep else environ[name]
+    return out
 
 
 def build_submission(
@@ -84,8 +132,13 @@ def build_submission(
     workdir: Path | None,
     isolation: str | None,
     file: Path | None,
+    export: str | None = None,
 ) -> dict[str, Any]:
-    """The job-file mapping for ``submit``'s options (validated; raises SpecError)."""
+    """The job-file mapping for ``submit``'s options (validated; raises SpecError).
+
+    The job's env is the submitter's exported environment (``--export``, ALL by default),
+    then the job file's, then ``-e``; ``PWD`` is the submit directory, where the job starts
+    when its node can see it (see gpupool.agent.env)."""
     if argv and wrap is not None:
         raise fail("give either a command after -- or --wrap, not both")
     base: dict[str, Any] = {}
@@ -119,6 +172,9 @@ def build_submission(
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
     overrides = nest_options(flat)
+    exported = export_env("ALL" if export is None else export, os.environ, own_venv())
+    exported["PWD"] = os.getcwd()
+    base["env"] = {**exported, **(base.get("env") or {})}
     if env:
         overrides["env"] = _env_pairs(env)
     if argv:
@@ -191,6 +247,13 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     ] = None,
     file: Annotated[
         Path | None, typer.Option("-f", "--file", help="job file; options override its keys")
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="your environment for the job: ALL (default), NONE, or NAME,NAME=value,...",
+        ),
     ] = None,
     hold: Annotated[
         bool, typer.Option("-H", "--hold", help="submit it held: it waits for gpupool release")
