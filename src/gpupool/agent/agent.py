@@ -39,6 +39,7 @@ from gpupool.agent.node import (
     wire_devices,
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
+from gpupool.agent.results import ResultShipper, ResultSink
 from gpupool.agent.runas import AGENT, SUBMITTER, Account, NoAccount, account_for, hand_over
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, fetch_and_unpack
@@ -155,6 +156,11 @@ class Agent:
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
             if isinstance(transport, LogSink)
+            else None
+        )
+        self.results = (
+            ResultShipper(transport, self.executor.jobs_dir)
+            if isinstance(transport, ResultSink)
             else None
         )
 
@@ -531,6 +537,12 @@ class Agent:
         if self.shipper is None:
             return 0
         try:
+            if self.results is not None:  # results first: a log's end then means they are in
+                self.results.ship(
+                    (key, r.assignment)
+                    for key, r in self.replicas.items()
+                    if r.observed is not None and r.observed.status == EXITED
+                )
             return self.shipper.ship(list(self.replicas))
         except (ServerUnavailable, AgentRejected) as exc:
             log.debug("log shipping postponed: %s", exc)

@@ -536,6 +536,29 @@ def logs(
         )
 
 
+def fetch(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    dest: Annotated[Path, typer.Argument(help="a new or empty folder to unpack them into")],
+    replica: Annotated[int, typer.Option("-r", "--replica", help="which replica's copy")] = 0,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Fetch what a job left in its uploaded working directory (submit --workdir DIR): the
+    node sends the copy back when the job ends, as it is (without .git, __pycache__, .venv).
+
+    Examples:
+
+      gpupool run -g 1 --workdir . -- python train.py --out results/
+
+      gpupool fetch 3f2a9c1d0b7e ./train-output
+
+    A job without --workdir ran in your submit directory or its workdir: read its files there.
+    """
+    with session(server, token) as gp:
+        count = gp.fetch_results(job_id, dest, replica=replica)
+    typer.echo(f"fetched {count} files of job {job_id} into {dest}", err=True)
+
+
 def history(  # noqa: PLR0917 - typer options
     since: Annotated[
         str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
@@ -573,7 +596,7 @@ def history(  # noqa: PLR0917 - typer options
 
 
 def install(app: typer.Typer) -> None:
-    for command in (submit, run, queue, show, logs, history):
+    for command in (submit, run, queue, show, logs, fetch, history):
         app.command(
             name=command.__name__,
             context_settings={"allow_interspersed_args": command not in (submit, run)},

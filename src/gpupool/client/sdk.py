@@ -42,6 +42,7 @@ from gpupool.client.errors import (
     WaitTimeout,
 )
 from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
+from gpupool.client.results import unpack_results
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
 from gpupool.control.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
@@ -546,6 +547,15 @@ class Client:
             yield from (prefix + line for line in split.feed(piece.data))
         for rank, split in lines.items():
             yield from ((f"[{rank}] " if gang else "") + line for line in split.flush())
+
+    def fetch_results(self, job_id: str, dest: str | Path, *, replica: int = 0) -> int:
+        """Unpack what job ``job_id`` (replica ``replica``) left in its uploaded working
+        directory (``submit(..., workdir_upload=...)``) into ``dest``, a new or empty folder;
+        returns the number of files. Its node sends them when the job ends. Raises
+        :class:`ApiError`: 404 for a job with no upload (or not yours), 409 while it runs or
+        when its node could not send them (the detail says why)."""
+        response = self.request("GET", f"/v1/jobs/{job_id}/results", params={"replica": replica})
+        return unpack_results(response.content, Path(dest))
 
     # ------------------------------------------------------------------ nodes and devices
 
