@@ -552,8 +552,8 @@ class Client:
         """Unpack what job ``job_id`` (replica ``replica``) left in its uploaded working
         directory (``submit(..., workdir_upload=...)``) into ``dest``, a new or empty folder;
         returns the number of files. Its node sends them when the job ends. Raises
-        :class:`ApiError`: 404 for a job with no upload (or not yours), 409 while it runs or
-        when its node could not send them (the detail says why)."""
+        :class:`ApiError`: 404 for a job that is not yours, 409 for a job without an upload,
+        while it runs, or when its node could not send them (the detail says why)."""
         response = self.request("GET", f"/v1/jobs/{job_id}/results", params={"replica": replica})
         return unpack_results(response.content, Path(dest))
 

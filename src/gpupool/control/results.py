@@ -54,15 +54,15 @@ class ResultService:
     # ------------------------------------------------------------------ agents write
     def store(self, actor: Actor, assignment_id: str, data: bytes, problem: str | None) -> int:
         """Keep a replica's results (or the problem that kept them from coming); returns the
-        bytes kept. An assignment the server does not know is refused (404)."""
+        bytes kept. An assignment the server does not know is refused (409)."""
         require(actor.principal, Permission.AGENT)
         if problem is None and len(data) > self.limit:
             raise Invalid(f"results over the {self.limit}-byte limit (upload_max_bytes)")
         with self.cp.read() as s:
             a = s.get(AssignmentModel, assignment_id)
             where = (a.job_id, a.rank) if a is not None else None
-        if where is None:
-            raise NotFound(f"assignment {assignment_id!r} is not known: its results are not kept")
+        if where is None:  # 409, as the log route's kept=False: the agent does not retry
+            raise Conflict(f"assignment {assignment_id!r} is not known: its results are not kept")
         archive, meta = self._paths(*where)
         archive.parent.mkdir(parents=True, exist_ok=True)
         if problem is None:
@@ -104,7 +104,7 @@ class ResultService:
         if record is not None and archive.exists():
             return Results(archive, archive.stat().st_size)
         if not uploaded:
-            raise NotFound(
+            raise Conflict(
                 f"job {job_id} has no results to fetch: only a job submitted with --workdir DIR "
                 "(an uploaded folder) has them; any other job ran in a folder you can read "
                 "(its submit directory or its workdir)"

@@ -43,8 +43,8 @@ def fetch_results(
     job_id: str, svc: Svc, who: Who, replica: Annotated[int, Query(ge=0)] = 0
 ) -> FileResponse:
     """What the job left in its uploaded working directory, as a gzip'd tar (``gpupool fetch
-    JOB DEST`` unpacks it). 404 for a job without an upload or not the caller's; 409 while it
-    runs, or when its node could not send them (the detail says why)."""
+    JOB DEST`` unpacks it). 404 for a job that is not the caller's; 409 for a job without an
+    upload, while it runs, or when its node could not send them (the detail says why)."""
     found = ResultService(svc.cp).find(who, job_id, replica)
     return FileResponse(
         found.path, media_type="application/gzip", filename=f"{job_id}.{replica}.results.tar.gz"
