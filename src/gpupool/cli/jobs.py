@@ -399,7 +399,13 @@ SUBMIT_HELP = """Submit a job to the pool (like sbatch).
       gpupool submit -a 0-9 -g 0.25 --wrap 'python sweep.py --trial $GPUPOOL_ARRAY_TASK_ID'
 
     --workdir DIR: the folder is packed (without .git, __pycache__, .venv) and uploaded (at
-    most 100 MiB packed), and the job runs in a copy of it on its node.
+    most 100 MiB packed), and the job runs in a copy of it on its node; gpupool fetch JOB DEST
+    brings back what it wrote there. Without it, the job starts in the directory you submit
+    from when its node can see it (a gpupool up pool always can), else in a folder of its own.
+
+    --export (like sbatch): ALL (the default) gives the job your environment, but names
+    gpupool sets (CUDA_VISIBLE_DEVICES, GPUPOOL_*...) and gpupool's own virtual environment;
+    NONE gives none of it; FOO,BAR=1 only those (ALL,BAR=1 adds to ALL). -e KEY=VALUE wins.
 
     --array: one job per index, named NAME[INDEX], each with GPUPOOL_ARRAY_TASK_ID (and
     GPUPOOL_ARRAY_JOB_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX); --parsable prints every id.
@@ -417,8 +423,9 @@ RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit 
 
       gpupool run -g 1 -t 20 --workdir . -- pytest tests/gpu    # a CI step on the pool
 
-    Ctrl-C cancels the job and exits 130; SIGTERM (a CI system cancelling the step) cancels it
-    and exits 143.
+    The job's stdout goes to stdout and its stderr to stderr, byte for byte; while it waits,
+    why it waits is said on stderr each time the reason changes. Ctrl-C cancels the job and
+    exits 130; SIGTERM (a CI system cancelling the step) cancels it and exits 143.
     """
 
 
