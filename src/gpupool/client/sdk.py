@@ -484,8 +484,9 @@ class Client:
         settle = REQUEUE_SETTLE_POLLS
         while True:
             progressed = False
+            waiting = follow and JobState(job.state) in (JobState.PENDING, JobState.REQUEUED)
             for key in keys:
-                if key in complete:
+                if key in complete or waiting:  # a job in the queue writes nothing: no reads
                     continue
                 page = self.log_text(job.id, stream=key[1], replica=key[0], offset=offsets[key])
                 dropped = max(0, page.start - offsets[key])
