@@ -40,7 +40,8 @@ from gpupool.cli.session import (
     session,
 )
 from gpupool.client.errors import EXIT_FAILED
-from gpupool.client.sdk import Client, LogPiece, PendingNotice, merge_spec
+from gpupool.client.logs import LogPiece, PendingNotice
+from gpupool.client.sdk import Client, merge_spec
 from gpupool.control.clock import SystemClock
 from gpupool.domain.arrays import parse_array
 from gpupool.domain.errors import InvalidValue
