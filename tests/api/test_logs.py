@@ -167,3 +167,34 @@ def test_logs_of_a_trimmed_log_say_how_many_bytes_the_server_dropped(
         "newest log_keep_bytes of each log]\n"
     )
     assert "".join(text[1:]) == lines[dropped:].decode()
+
+
+def test_the_log_of_a_job_that_ended_before_it_was_seen_running_is_complete_only_with_its_end(
+    api: Api, cp: ControlPlane
+) -> None:
+    job_id, aid = _running(api, cp)
+    agent, member = api.tokens["agent"], api.tokens["member"]
+    api.call(agent, "POST", "/v1/agent/heartbeat", {"node": "n1", "epoch": 0})  # delivered
+    exited = {"assignment_id": aid, "state": "exited", "exit_code": 0}  # too quick to be seen
+    beat = api.call(
+        agent, "POST", "/v1/agent/heartbeat", {"node": "n1", "epoch": 0, "replicas": [exited]}
+    )
+    assert beat.status_code == 200, beat.text
+    assert api.call(member, "GET", f"/v1/jobs/{job_id}").json()["state"] == "COMPLETED"
+    page = api.call(member, "GET", f"/v1/jobs/{job_id}/logs?offset=0")
+    assert page.headers["X-Log-Complete"] == "false"  # its output may still be on the way
+    end = _chunk(aid, 0, b"quick\n") | {"final": True}
+    api.call(agent, "POST", "/v1/agent/logs", end)
+    page = api.call(member, "GET", f"/v1/jobs/{job_id}/logs?offset=0")
+    assert (page.content, page.headers["X-Log-Complete"]) == (b"quick\n", "true")
+    errors = api.call(member, "GET", f"/v1/jobs/{job_id}/logs?stream=stderr")
+    assert errors.headers["X-Log-Complete"] == "false"  # stderr's end has not come yet
+
+
+def test_the_log_of_a_job_cancelled_before_it_started_is_complete_and_empty(
+    api: Api, cp: ControlPlane
+) -> None:
+    job_id = api.submit(api.tokens["member"], "never")
+    api.call(api.tokens["member"], "POST", f"/v1/jobs/{job_id}/cancel", {})
+    page = api.call(api.tokens["member"], "GET", f"/v1/jobs/{job_id}/logs")
+    assert (page.content, page.headers["X-Log-Complete"]) == (b"", "true")

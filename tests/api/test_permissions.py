@@ -52,6 +52,7 @@ CASES = [
     Case("GET", "/v1/jobs/{job_id}", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("GET", "/v1/jobs/{job_id}/events", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("GET", "/v1/jobs/{job_id}/logs", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
+    Case("GET", "/v1/jobs/{job_id}/results", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/cancel", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case(
         "PATCH",
@@ -77,6 +78,13 @@ CASES = [
         "403 403 403 403 403 ok",
         None,
         lambda t: {"assignment_id": "unknown", "stream": "stdout", "offset": 0, "data": ""},
+    ),
+    Case(
+        "POST",
+        "/v1/agent/results/{assignment_id}",
+        "403 403 403 403 403 ok",
+        None,
+        lambda t: b"",
     ),
     Case("GET", "/v1/agent/nodes/{name}/orders", "403 403 403 403 403 ok"),
     Case("GET", "/v1/nodes", "ok ok ok ok ok 403"),
@@ -192,6 +200,8 @@ class World:
             api.as_admin("POST", "/v1/users", {"name": user, "role": "member", "tenant": tenant})
             token: str = api.as_admin("POST", "/v1/tokens", {"user": user})["id"]
             return token
+        if kind == "assignment_id":
+            return "unknown"  # allowed for agents; the server keeps nothing for it (409)
         if kind == "upload_id":
             token = api.tokens["member"] if tenant == "red" else api.blue_member
             response = api.call(token, "POST", "/v1/uploads", _archive(tenant))
@@ -203,7 +213,7 @@ class World:
     def path(self, case: Case, tenant: str) -> str:
         self._route, self._method = case.route, case.method
         path = case.route
-        for part in ("job_id", "name", "uuid", "pool", "token_id", "upload_id"):
+        for part in ("job_id", "name", "uuid", "pool", "token_id", "upload_id", "assignment_id"):
             if "{" + part + "}" in path:
                 path = path.replace("{" + part + "}", self.fresh(part, tenant))
         return path

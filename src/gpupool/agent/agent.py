@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
-from gpupool.agent.env import job_env
+from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import Executor, Observed
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
 from gpupool.agent.logship import LogShipper, LogSink
@@ -39,6 +39,7 @@ from gpupool.agent.node import (
     wire_devices,
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
+from gpupool.agent.results import ResultShipper, ResultSink
 from gpupool.agent.runas import AGENT, Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
@@ -153,6 +154,11 @@ class Agent:
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
             if isinstance(transport, LogSink)
+            else None
+        )
+        self.results = (
+            ResultShipper(transport, self.executor.jobs_dir)
+            if isinstance(transport, ResultSink)
             else None
         )
 
@@ -411,15 +417,15 @@ class Agent:
                 )
             account = job_account(self.config.run_as, a.user, self.config.node)
             replica.isolation = resolve(a.isolation, ctx)
-            workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
+            own = self.config.state_dir / "work" / a.job_id
+            workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-            made_workdir = a.workdir is None
             if a.workdir_upload is not None:
                 # Each replica gets its own copy of the uploaded folder.
                 workdir = str(copy_path(self.config.state_dir / "work", a.job_id, a.assignment_id))
                 fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
                 made_workdir = True
-            elif a.workdir is None:
+            elif made_workdir:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
             if not Path(workdir).is_dir():
                 raise IsolationUnavailable(
@@ -453,6 +459,7 @@ class Agent:
         argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
         if account is not None:
             env.update(account.env())
+        env["PWD"] = workdir
         spec = LaunchSpec(
             argv=argv,
             env=env,
@@ -467,6 +474,8 @@ class Agent:
         )
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
+        if moved:
+            replica.local_reason = "; ".join(filter(None, (replica.local_reason, moved)))
         self.replicas[a.assignment_id] = replica
         try:
             self.executor.launch(a.assignment_id, spec, self._record(replica))
@@ -552,6 +561,12 @@ class Agent:
         if self.shipper is None:
             return 0
         try:
+            if self.results is not None:  # results first: a log's end then means they are in
+                self.results.ship(
+                    (key, r.assignment)
+                    for key, r in self.replicas.items()
+                    if r.observed is not None and r.observed.status == EXITED
+                )
             return self.shipper.ship(list(self.replicas))
         except (ServerUnavailable, AgentRejected) as exc:
             log.debug("log shipping postponed: %s", exc)

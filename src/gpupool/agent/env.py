@@ -2,10 +2,13 @@
 
 Built from, in order (later wins):
 
-1. the agent's own environment minus every reserved name (so nothing like the agent's
-   ``CUDA_VISIBLE_DEVICES`` leaks into a job);
+1. a few basics of the node from the agent's environment (:data:`NODE_BASICS`: PATH, HOME,
+   USER, LANG, LC_*, TMPDIR, LD_LIBRARY_PATH...), never the rest of it: nothing like the
+   agent's ``CUDA_VISIBLE_DEVICES``, ``PYTHONPATH`` or ``VIRTUAL_ENV`` reaches a job;
 2. the job's ``env`` from its spec, minus reserved names (the server already refuses them;
-   the agent drops any that slip through);
+   the agent drops any that slip through). ``gpupool submit`` and ``run`` put the submitter's
+   exported environment there (``--export``, ALL by default, like sbatch) and ``PWD``, the
+   submit directory;
 3. gpupool's variables, which the job can rely on:
 
 | variable | value |
@@ -24,16 +27,67 @@ Built from, in order (later wins):
 
 4. the isolation mode's variables (MPS limits, soft caps); a ``PYTHONPATH`` from it is put in
    front of the job's own.
+
+Last, gpupool's own virtual environment (the one the agent runs from) is taken out: its
+``bin`` leaves ``PATH`` and a ``VIRTUAL_ENV`` naming it is dropped, so ``python3`` in a job is
+the user's, never gpupool's.
+
+**Start folder** (:func:`start_folder`): the spec's ``workdir`` (it must exist on the node),
+else the uploaded copy (``--workdir``, unpacked by the agent), else the submit directory
+(``PWD`` in the job's env) when the node can see it (a standalone pool always can), else a
+folder of the job's own, with a note saying why.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
+from gpupool.domain.environ import own_venv, without_venv
 from gpupool.domain.jobs import reserved_env_rule
 from gpupool.schemas.agent import AssignmentSpec
 
 _KEEP_FROM_AGENT_EVEN_IF_RESERVED = ("LD_LIBRARY_PATH",)
+
+#: What a job takes from the node's (the agent's) environment; ``*`` marks a prefix.
+NODE_BASICS = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "LD_LIBRARY_PATH",
+)
+
+
+def _is_basic(name: str) -> bool:
+    return any(
+        name.startswith(rule[:-1]) if rule.endswith("*") else name == rule for rule in NODE_BASICS
+    )
+
+
+def start_folder(assignment: AssignmentSpec, own: Path) -> tuple[str, bool, str | None]:
+    """Where the replica starts (see the module docstring), whether it is ``own`` (the agent
+    makes it), and a note when the submit directory could not be used."""
+    if assignment.workdir is not None:
+        return assignment.workdir, False, None
+    submit_dir = assignment.env.get("PWD")
+    if submit_dir and os.path.isabs(submit_dir) and os.path.isdir(submit_dir):
+        return submit_dir, False, None
+    note = None
+    if submit_dir and assignment.workdir_upload is None:
+        note = (
+            f"the submit directory {submit_dir} is not on this node: the job started in a "
+            "folder of its own (upload the folder with --workdir DIR to run in a copy of it)"
+        )
+    return str(own), True, note
 
 
 def job_env(
@@ -46,10 +100,11 @@ def job_env(
     base_env: Mapping[str, str],
 ) -> tuple[dict[str, str], list[str]]:
     """The job's environment and the names dropped from its spec (reserved)."""
+    venv = own_venv()
     env = {
         k: v
-        for k, v in base_env.items()
-        if reserved_env_rule(k) is None or k in _KEEP_FROM_AGENT_EVEN_IF_RESERVED
+        for k, v in without_venv(dict(base_env), venv).items()
+        if _is_basic(k) and (reserved_env_rule(k) is None or k in _KEEP_FROM_AGENT_EVEN_IF_RESERVED)
     }
     dropped = []
     for key, value in assignment.env.items():
@@ -100,4 +155,4 @@ def job_env(
             env[key] = f"{value}:{env['PYTHONPATH']}"
         else:
             env[key] = value
-    return env, dropped
+    return without_venv(env, venv), dropped

@@ -107,6 +107,24 @@ class HttpTransport:
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
 
+    def ship_results(self, assignment_id: str, data: bytes, problem: str | None) -> None:
+        """Send one replica's results (``POST /v1/agent/results/{id}``, see
+        :mod:`gpupool.agent.results`): the archive, or the problem that kept it from coming."""
+        path = f"/v1/agent/results/{assignment_id}"
+        headers = {"Content-Type": "application/gzip"}
+        if problem is not None:
+            headers["X-Results-Problem"] = problem
+        try:
+            response = self._client.post(path, content=data, headers=headers, timeout=300.0)
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"cannot send {path}: {exc}") from None
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
+        if response.status_code >= 400:
+            raise AgentRejected(
+                f"the server rejected {path} ({response.status_code}): {response.text[:300]}"
+            )
+
     def download_upload(self, upload_id: str, dest: Path) -> None:
         """Save a working-directory upload (``GET /v1/agent/uploads/{id}``) to ``dest``."""
         path = f"/v1/agent/uploads/{upload_id}"

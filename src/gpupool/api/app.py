@@ -26,7 +26,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Services
-from gpupool.api.routers import admin, agent, events, jobs, nodes, uploads, usage, users
+from gpupool.api.routers import (
+    admin,
+    agent,
+    events,
+    jobs,
+    nodes,
+    results,
+    uploads,
+    usage,
+    users,
+)
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
@@ -100,7 +110,7 @@ def create_app(
     app.state.services = Services.build(cp, loop)
     app.state.admin_token_path = token_path
     errors.install(app)
-    for module in (jobs, agent, nodes, admin, users, usage, events, uploads):
+    for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results):
         app.include_router(module.router)
     for name in EDGE_ROUTERS:
         try:

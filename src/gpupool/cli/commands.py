@@ -1,12 +1,13 @@
 """The table of ``gpupool``'s commands, loaded lazily.
 
 Commands live in one module per group, each with an ``install(app)`` that adds its commands:
-:mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, history), :mod:`~gpupool.cli.jobctl`
-(cancel, hold, release, requeue, update), :mod:`~gpupool.cli.infra` (nodes, gpus, drain,
-resume), :mod:`~gpupool.cli.admin` (pools, tenants, quota, priority-classes, users, tokens,
-audit), :mod:`~gpupool.cli.top`, :mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck`,
-:mod:`~gpupool.cli.login`, :mod:`~gpupool.cli.validate`, and the processes: ``up``, ``server``,
-``agent``, ``admin-token`` and ``simulate``.
+:mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, fetch, history),
+:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update),
+:mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
+tenants, quota, priority-classes, users, tokens, audit), :mod:`~gpupool.cli.top`,
+:mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck`, :mod:`~gpupool.cli.login`,
+:mod:`~gpupool.cli.validate`, and the processes: ``up``, ``server``, ``agent``,
+``admin-token`` and ``simulate``.
 
 :data:`COMMANDS` names the module of every top-level command, and :class:`LazyGroup` (the root
 group of the app) imports a module only when one of its commands runs, or when ``gpupool
@@ -37,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "queue": "gpupool.cli.jobs",
     "show": "gpupool.cli.jobs",
     "logs": "gpupool.cli.jobs",
+    "fetch": "gpupool.cli.jobs",
     "history": "gpupool.cli.jobs",
     "cancel": "gpupool.cli.jobctl",
     "hold": "gpupool.cli.jobctl",

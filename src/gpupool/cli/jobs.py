@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -38,9 +39,13 @@ from gpupool.cli.session import (
     session,
 )
 from gpupool.client.errors import EXIT_FAILED
-from gpupool.client.sdk import Client, LogPiece, PendingNotice, merge_spec
+from gpupool.client.logs import LogPiece, PendingNotice
+from gpupool.client.sdk import Client, merge_spec
 from gpupool.domain.arrays import parse_array
 from gpupool.domain.clock import SystemClock
+from gpupool.domain.environ import own_venv, without_venv
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.jobs import reserved_env_rule, validate_env_name
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
 from gpupool.domain.states import ACTIVE_STATES, JobState
 from gpupool.domain.units import parse_duration
@@ -57,6 +62,50 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
             raise fail(f"-e {pair!r} is not KEY=VALUE: write it like -e WANDB_MODE=offline")
         env[key] = value
     return env
+
+
+def export_env(export: str, environ: Mapping[str, str], venv: Path | None = None) -> dict[str, str]:
+    """The submitter's environment a job takes, from ``--export`` (as sbatch's): ``ALL``
+    (everything but reserved names and gpupool's own virtual environment ``venv``), ``NONE``,
+    or a comma list of ``NAME`` (from ``environ``) and ``NAME=value``, optionally after
+    ``ALL`` or ``NONE``. A reserved or unset name given by name is refused."""
+    items = export.split(",")
+    out: dict[str, str] = {}
+    mode = items[0].strip().upper()
+    if mode in ("ALL", "NONE"):
+        items.pop(0)
+    if mode == "ALL":
+        for name, value in environ.items():
+            try:
+                validate_env_name(name)
+            except InvalidValue:
+                continue  # reserved names, or ones no job file could hold: not exported
+            out[name] = value
+        out = without_venv(out, venv)
+    for item in items:
+        name, sep, value = item.strip().partition("=")
+        if not name:
+            raise fail(
+                f"--export {export!r} has an empty name: give ALL, NONE or NAME[=value],... "
+                "e.g. --export ALL,WANDB_MODE=offline"
+            )
+        try:
+            validate_env_name(name)
+        except InvalidValue as exc:
+            if reserved_env_rule(name) is None:
+                raise fail(f"--export {name}: {exc}") from None
+            raise fail(
+                f"--export {name}: environment name {name!r} is reserved "
+                f"({reserved_env_rule(name)} is set by gpupool for the job): leave it out of "
+                "--export"
+            ) from None
+        if not sep and name not in environ:
+            raise fail(
+                f"--export {name}: it is not set in your environment: set it, or give "
+                f"--export {name}=VALUE"
+            )
+        out[name] = value if sep else environ[name]
+    return out
 
 
 def build_submission(
@@ -84,8 +133,13 @@ def build_submission(
     workdir: Path | None,
     isolation: str | None,
     file: Path | None,
+    export: str | None = None,
 ) -> dict[str, Any]:
-    """The job-file mapping for ``submit``'s options (validated; raises SpecError)."""
+    """The job-file mapping for ``submit``'s options (validated; raises SpecError).
+
+    The job's env is the submitter's exported environment (``--export``, ALL by default),
+    then the job file's, then ``-e``; ``PWD`` is the submit directory, where the job starts
+    when its node can see it (see gpupool.agent.env)."""
     if argv and wrap is not None:
         raise fail("give either a command after -- or --wrap, not both")
     base: dict[str, Any] = {}
@@ -119,6 +173,9 @@ def build_submission(
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
     overrides = nest_options(flat)
+    exported = export_env("ALL" if export is None else export, os.environ, own_venv())
+    exported["PWD"] = os.getcwd()
+    base["env"] = {**exported, **(base.get("env") or {})}
     if env:
         overrides["env"] = _env_pairs(env)
     if argv:
@@ -191,6 +248,13 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     ] = None,
     file: Annotated[
         Path | None, typer.Option("-f", "--file", help="job file; options override its keys")
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="your environment for the job: ALL (default), NONE, or NAME,NAME=value,...",
+        ),
     ] = None,
     hold: Annotated[
         bool, typer.Option("-H", "--hold", help="submit it held: it waits for gpupool release")
@@ -336,7 +400,13 @@ SUBMIT_HELP = """Submit a job to the pool (like sbatch).
       gpupool submit -a 0-9 -g 0.25 --wrap 'python sweep.py --trial $GPUPOOL_ARRAY_TASK_ID'
 
     --workdir DIR: the folder is packed (without .git, __pycache__, .venv) and uploaded (at
-    most 100 MiB packed), and the job runs in a copy of it on its node.
+    most 100 MiB packed), and the job runs in a copy of it on its node; gpupool fetch JOB DEST
+    brings back what it wrote there. Without it, the job starts in the directory you submit
+    from when its node can see it (a gpupool up pool always can), else in a folder of its own.
+
+    --export (like sbatch): ALL (the default) gives the job your environment, but names
+    gpupool sets (CUDA_VISIBLE_DEVICES, GPUPOOL_*...) and gpupool's own virtual environment;
+    NONE gives none of it; FOO,BAR=1 only those (ALL,BAR=1 adds to ALL). -e KEY=VALUE wins.
 
     --array: one job per index, named NAME[INDEX], each with GPUPOOL_ARRAY_TASK_ID (and
     GPUPOOL_ARRAY_JOB_ID, _TASK_COUNT, _TASK_MIN, _TASK_MAX); --parsable prints every id.
@@ -354,8 +424,9 @@ RUN_HELP = """Submit a job, stream its output until it ends, exit with its exit 
 
       gpupool run -g 1 -t 20 --workdir . -- pytest tests/gpu    # a CI step on the pool
 
-    Ctrl-C cancels the job and exits 130; SIGTERM (a CI system cancelling the step) cancels it
-    and exits 143.
+    The job's stdout goes to stdout and its stderr to stderr, byte for byte; while it waits,
+    why it waits is said on stderr each time the reason changes. Ctrl-C cancels the job and
+    exits 130; SIGTERM (a CI system cancelling the step) cancels it and exits 143.
     """
 
 
@@ -473,6 +544,29 @@ def logs(
         )
 
 
+def fetch(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    dest: Annotated[Path, typer.Argument(help="a new or empty folder to unpack them into")],
+    replica: Annotated[int, typer.Option("-r", "--replica", help="which replica's copy")] = 0,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Fetch what a job left in its uploaded working directory (submit --workdir DIR): the
+    node sends the copy back when the job ends, as it is (without .git, __pycache__, .venv).
+
+    Examples:
+
+      gpupool run -g 1 --workdir . -- python train.py --out results/
+
+      gpupool fetch 3f2a9c1d0b7e ./train-output
+
+    A job without --workdir ran in your submit directory or its workdir: read its files there.
+    """
+    with session(server, token) as gp:
+        count = gp.fetch_results(job_id, dest, replica=replica)
+    typer.echo(f"fetched {count} files of job {job_id} into {dest}", err=True)
+
+
 def history(  # noqa: PLR0917 - typer options
     since: Annotated[
         str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
@@ -510,7 +604,7 @@ def history(  # noqa: PLR0917 - typer options
 
 
 def install(app: typer.Typer) -> None:
-    for command in (submit, run, queue, show, logs, history):
+    for command in (submit, run, queue, show, logs, fetch, history):
         app.command(
             name=command.__name__,
             context_settings={"allow_interspersed_args": command not in (submit, run)},

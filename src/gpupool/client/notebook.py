@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.client.errors import ClientError
-from gpupool.client.sdk import Client, PendingNotice
+from gpupool.client.logs import PendingNotice
+from gpupool.client.sdk import Client
 from gpupool.domain.states import JobState
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.jobs import JobView

@@ -22,11 +22,8 @@ Example::
 from __future__ import annotations
 
 import builtins
-import codecs
 import secrets
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,7 +38,9 @@ from gpupool.client.errors import (
     ServerUnreachable,
     WaitTimeout,
 )
+from gpupool.client.logs import LOG_SETTLE_S, LineSplitter, LogPage, LogPiece
 from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
+from gpupool.client.results import unpack_results
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
 from gpupool.domain.clock import Clock, SystemClock
 from gpupool.domain.jobspec import build_spec, nest_options
@@ -61,11 +60,6 @@ from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobRespon
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
 
 M = TypeVar("M", bound=BaseModel)
-
-#: How long :meth:`Client.output` waits, after the job ended, for its node to send the end of
-#: a log before saying it is unfinished (a node that went down never sends it).
-LOG_SETTLE_S = 60.0
-
 
 #: Keyword options of :meth:`Client.submit` and the job-file key each one sets.
 OPTION_PATHS: dict[str, str] = {
@@ -483,8 +477,9 @@ class Client:
         settle = REQUEUE_SETTLE_POLLS
         while True:
             progressed = False
+            waiting = follow and JobState(job.state) in (JobState.PENDING, JobState.REQUEUED)
             for key in keys:
-                if key in complete:
+                if key in complete or waiting:  # a job in the queue writes nothing: no reads
                     continue
                 page = self.log_text(job.id, stream=key[1], replica=key[0], offset=offsets[key])
                 dropped = max(0, page.start - offsets[key])
@@ -533,7 +528,7 @@ class Client:
         never came, are said in a line of their own starting ``[gpupool:``."""
         job = self.get(job_id)
         gang = job.replicas > 1
-        lines = {rank: _LineSplitter() for rank in range(job.replicas)}
+        lines = {rank: LineSplitter() for rank in range(job.replicas)}
         for piece in self._output(
             job, (stream,), follow=follow, poll_s=poll_s, settle_s=LOG_SETTLE_S, on_poll=None
         ):
@@ -546,6 +541,15 @@ class Client:
             yield from (prefix + line for line in split.feed(piece.data))
         for rank, split in lines.items():
             yield from ((f"[{rank}] " if gang else "") + line for line in split.flush())
+
+    def fetch_results(self, job_id: str, dest: str | Path, *, replica: int = 0) -> int:
+        """Unpack what job ``job_id`` (replica ``replica``) left in its uploaded working
+        directory (``submit(..., workdir_upload=...)``) into ``dest``, a new or empty folder;
+        returns the number of files. Its node sends them when the job ends. Raises
+        :class:`ApiError`: 404 for a job that is not yours, 409 for a job without an upload,
+        while it runs, or when its node could not send them (the detail says why)."""
+        response = self.request("GET", f"/v1/jobs/{job_id}/results", params={"replica": replica})
+        return unpack_results(response.content, Path(dest))
 
     # ------------------------------------------------------------------ nodes and devices
 
@@ -683,99 +687,6 @@ MAY_REQUEUE = frozenset(
     {JobState.PREEMPTED, JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.FAILED}
 )
 REQUEUE_SETTLE_POLLS = 3
-
-
-@dataclass(frozen=True)
-class LogPage:
-    """One read of a log: ``data`` starts at log offset ``start``, and ``next_offset`` is
-    where the next read continues. ``first`` is the oldest offset the server still keeps,
-    ``end`` the offset after the newest byte it has, and ``complete`` whether nothing more
-    will come (``None`` for both from a server that does not say)."""
-
-    data: bytes
-    start: int
-    next_offset: int
-    first: int = 0
-    end: int | None = None
-    complete: bool | None = None
-
-    @property
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
-
-
-@dataclass(frozen=True)
-class LogPiece:
-    """Bytes of one ``stream`` of one ``replica`` (see :meth:`Client.output`). ``dropped``:
-    bytes just before ``data`` that the server no longer keeps; ``unfinished``: the stream's
-    end never came from its node (``data`` is empty)."""
-
-    stream: str
-    replica: int
-    data: bytes
-    dropped: int = 0
-    unfinished: bool = False
-
-    def notice(self) -> str | None:
-        """What a reader should be told about this piece, or ``None``."""
-        if self.dropped:
-            return (
-                f"[gpupool: {self.dropped} bytes of {self.stream} are missing here: the server "
-                "keeps only the newest log_keep_bytes of each log]"
-            )
-        if self.unfinished:
-            return (
-                f"[gpupool: the end of {self.stream} never came from the job's node (it may be "
-                "down): the output may be incomplete]"
-            )
-        return None
-
-
-class _LineSplitter:
-    """Bytes in, whole text lines out: UTF-8 decoded across pieces (a character split between
-    two reads stays whole), the last partial line kept until more comes or :meth:`flush`."""
-
-    def __init__(self) -> None:
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self.partial = ""
-
-    def feed(self, data: bytes) -> builtins.list[str]:
-        text = self.partial + self.decoder.decode(data)
-        cut = text.rfind("\n") + 1
-        self.partial = text[cut:]
-        return text[:cut].splitlines(keepends=True)
-
-    def flush(self, end: str = "") -> builtins.list[str]:
-        rest = self.partial + self.decoder.decode(b"", final=True)
-        self.decoder.reset()
-        self.partial = ""
-        return [rest + end] if rest else []
-
-
-class PendingNotice:
-    """An ``on_poll`` for :meth:`Client.wait` and :meth:`Client.output`: tells ``write`` (by
-    default stderr) why the job waits, each time the reason changes, so a CI step waiting on
-    ``gpupool run`` is not silent."""
-
-    def __init__(self, write: Callable[[str], None] | None = None) -> None:
-        self.write = write or _to_stderr
-        self.last: str | None = None
-
-    def __call__(self, job: JobView) -> None:
-        if JobState(job.state) not in (JobState.PENDING, JobState.REQUEUED):
-            self.last = None
-            return
-        if job.held:
-            reason = f"held (JobHeld): it starts once released with gpupool release {job.id}"
-        else:
-            reason = job.pending_reason or job.reason or "waiting for the scheduler"
-        if reason != self.last:
-            self.last = reason
-            self.write(f"gpupool: job {job.id} is pending: {reason}")
-
-
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def job_has_ended(job: JobView) -> bool:

@@ -10,7 +10,8 @@ Words:
   ``settings.log_keep_bytes`` are dropped and a read from before them starts at the oldest kept
   (the reader sees ``start`` past the offset it asked for, and says what was dropped).
 - **complete**: the job has ended and the node has shipped the end of this stream of its last
-  attempt (the agent's chunk with ``final``), or no attempt ever started: nothing more will come.
+  attempt (the agent's chunk with ``final``), or its last attempt never ran (a boot failure, a
+  job stopped before its program started or never delivered): nothing more will come.
 
 Reads are bytes, exactly as the job wrote them (a page may end inside a UTF-8 character; the
 client decodes across pages). Files: ``<home>/logs/<job id>/<rank>.<stream>.log`` (the bytes)
@@ -162,7 +163,19 @@ class LogService:
                 .order_by(AssignmentModel.created_at.desc(), AssignmentModel.id.desc())
                 .limit(1)
             ).first()
-            last_id = last.id if last is not None and last.started_at is not None else None
+            # An attempt that ran ships its logs, to a final chunk; one that never ran (boot
+            # failure, stopped before it started, never delivered) has none to wait for. A
+            # quick job may end before it was ever seen running: its exit says it ran.
+            ran = (
+                last is not None
+                and last.stop_reason != "boot"
+                and (
+                    last.started_at is not None
+                    or last.exit_code is not None
+                    or last.signal is not None
+                )
+            )
+            last_id = last.id if ran and last is not None else None
         log_path, meta = self._paths(job_id, replica, stream)
         if not meta.exists():
             return LogBytes(b"", 0, 0, 0, 0, ended and last_id is None)
