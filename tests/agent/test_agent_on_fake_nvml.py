@@ -221,3 +221,38 @@ def test_a_slice_is_freed_only_once_nvml_no_longer_lists_the_jobs_processes(
     write_state(state, board)
     nvml_pool.wait_state(job_id, "COMPLETED")
     assert not held()
+
+
+ESCAPE = r"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         start_new_session=True)  # setsid(): out of the job's process group
+open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+"""
+
+
+def test_a_child_that_left_the_jobs_session_is_stopped_with_the_job(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    state = tmp_path / "board.json"
+    write_state(state, [FakeGpu("GPU-one", "00000000:10:00.0", used=0)])
+    nvml_pool.start_nvml_agent("n1", state)
+    pid_file, go = tmp_path / "child.pid", tmp_path / "go"
+    spec = {"name": "escape", "command": [PY, "-c", ESCAPE, str(pid_file), str(go)]}
+    job_id = str(nvml_pool.post("/v1/jobs", {"spec": spec})["job"]["id"])
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child"))
+    assert _alive(child)
+    go.write_text("")  # the job's leader exits; the setsid child would run on
+    nvml_pool.wait_state(job_id, "COMPLETED")
+    wait_for(lambda: not _alive(child), 60, f"the setsid child {child} to be killed")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"

@@ -19,6 +19,7 @@ running while the agent was away, and they are reported, never started again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -42,10 +43,18 @@ from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.runas import AGENT, SUBMITTER, Account, NoAccount, account_for, hand_over
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, fetch_and_unpack
-from gpupool.agent.usage import newest_mtime, usage_by_replica
+from gpupool.agent.usage import (
+    foreign_pids,
+    newest_mtime,
+    pids_on_devices,
+    usage_by_replica,
+    with_device_totals,
+)
 from gpupool.control.clock import Clock
+from gpupool.domain.nodes import DeviceHealth
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
-from gpupool.gpu.health import HealthTracker
+from gpupool.gpu.context import ContextReserves
+from gpupool.gpu.health import HealthTracker, HealthVerdict
 from gpupool.gpu.simulated import LOAD_ENV, parse_synthetic_load
 from gpupool.runtime.isolation import (
     IsolationUnavailable,
@@ -98,6 +107,11 @@ class AgentConfig:
     watchdog_grace_s: float = 30.0
     pressure_threshold: float = 0.95
     use_mps: bool = True
+    #: How long an ended job's processes may stay listed by NVML (the driver tearing their
+    #: contexts down) before its slices are given back anyway and its devices marked unhealthy.
+    release_wait_s: float = 30.0
+    #: Measure the CUDA context size of each GPU model at start (NVML backend only).
+    measure_context: bool = True
     run_as: str = AGENT  # or SUBMITTER: jobs run as their users' Unix accounts (agent/runas.py)
 
 
@@ -111,6 +125,9 @@ class Replica:
     local_reason: str | None = None  # why the agent itself stopped or signalled it
     local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
     checkpoint_dir: str | None = None
+    gpu_pids: set[int] = field(default_factory=set)  # its processes NVML has listed
+    held_since: float | None = None  # ended, but NVML still lists its processes
+    released: bool = False  # ended and its GPU memory is free (or the wait ran out)
 
 
 class Agent:
@@ -148,6 +165,18 @@ class Agent:
             if daemon.available and daemon.start():
                 self.mps = daemon
         self.heartbeats = 0
+        self._stuck: dict[str, set[int]] = {}  # device -> pids of ended jobs NVML still lists
+        self._said_pid_namespace = False
+        self._reserve: dict[str, int] = {}  # device -> CUDA context reserve (MiB)
+        if backend.name == "nvml":
+            reserves = ContextReserves(
+                config.state_dir / "context.json", str(getattr(backend, "driver_version", "?"))
+            )
+            if config.measure_context:
+                reserves.measure(backend, self.inventory)
+            parents = {d.uuid: d for d in self.inventory}
+            for d in self.devices:
+                self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -213,6 +242,9 @@ class Agent:
             seen = self.executor.observe(key)
             if replica.observed is None or seen.status != replica.observed.status:
                 changed = True
+                if seen.status in (EXITED, BOOT_FAILED):
+                    # The group is gone; children that called setsid() are not: stop them too.
+                    replica.gpu_pids.update(self.executor.kill_leftovers(key))
             replica.observed = seen
         return changed
 
@@ -251,6 +283,20 @@ class Agent:
                 if r.observed is not None and r.observed.pid is not None
             },
         )
+        foreign = foreign_pids(telemetry)
+        if foreign and not self._said_pid_namespace:
+            self._said_pid_namespace = True
+            log.warning(
+                "NVML lists GPU processes this agent cannot see (pids from another PID "
+                "namespace: run the agent with the host's, e.g. docker --pid=host); per-job GPU "
+                "memory falls back to device totals for a job alone on its GPU"
+            )
+        running = {
+            key: tuple(r.assignment.device_uuids)
+            for key, r in self.replicas.items()
+            if r.observed is not None and r.observed.status == RUNNING
+        }
+        usage = with_device_totals(usage, telemetry, foreign, running)
         watched = []
         for key, r in self.replicas.items():
             if r.observed is None or r.observed.status != RUNNING:
@@ -265,6 +311,9 @@ class Agent:
                     preemptible=r.assignment.preemptible,
                     watched=r.isolation == "soft",
                     stopping=self.executor.is_stopping(key),
+                    reserve_mib=max(
+                        (self._reserve.get(u, 0) for u in r.assignment.device_uuids), default=0
+                    ),
                 )
             )
         for verdict in self.watchdog.check(now, watched):
@@ -278,7 +327,7 @@ class Agent:
             else:
                 self._local_stop(verdict.key, "memory", verdict.reason, "SIGKILL", 0.0)
         memory = {
-            s.uuid: (s.memory_used_mib, s.memory_total_mib)
+            s.uuid: (s.memory_used_mib, s.memory_usable_mib)
             for s in telemetry.devices
             if s.memory_used_mib is not None and not s.lost
         }
@@ -307,13 +356,84 @@ class Agent:
 
     # ------------------------------------------------------------------ heartbeat
 
+    def _track_gpu_processes(self, telemetry: Telemetry) -> dict[str, dict[int, str]]:
+        """Note each running replica's GPU processes; returns what NVML lists per device.
+
+        The result maps a device UUID to ``{pid: replica key or ""}``.
+        """
+        leaders = {
+            r.observed.pid: key
+            for key, r in self.replicas.items()
+            if r.observed is not None and r.observed.pid is not None
+        }
+        listed: dict[str, dict[int, str]] = {}
+        for pid, key, uuid in pids_on_devices(telemetry, leaders):
+            listed.setdefault(uuid, {})[pid] = key
+            if key:
+                self.replicas[key].gpu_pids.add(pid)
+        return listed
+
+    def _release(self, key: str, r: Replica, listed: dict[str, dict[int, str]]) -> bool:
+        """True while an ended replica's slices must stay held (NVML lists its processes)."""
+        if r.released or not r.assignment.device_uuids:
+            return False
+        seen = r.observed
+        pids = set(r.gpu_pids) | ({seen.pid} if seen is not None and seen.pid else set())
+        lingering = {
+            uuid: sorted(pids & set(listed.get(uuid, {})))
+            for uuid in r.assignment.device_uuids
+            if pids & set(listed.get(uuid, {}))
+        }
+        if not lingering:
+            r.released = True
+            return False
+        now = self.clock.monotonic()
+        if r.held_since is None:
+            r.held_since = now
+            log.info("%s ended; waiting for NVML to release its GPU memory", key)
+        r.gpu_pids.update(self.executor.kill_leftovers(key))
+        if now - r.held_since < self.config.release_wait_s:
+            return True
+        r.released = True
+        for uuid, stuck in lingering.items():
+            self._stuck.setdefault(uuid, set()).update(stuck)
+            log.warning(
+                "%s: processes %s of ended job %s still hold GPU memory after %.0fs",
+                uuid,
+                stuck,
+                key,
+                self.config.release_wait_s,
+            )
+        return False
+
+    def _stuck_verdicts(
+        self, verdicts: dict[str, HealthVerdict], listed: dict[str, dict[int, str]]
+    ) -> dict[str, HealthVerdict]:
+        """Devices held by processes of ended jobs are unhealthy until NVML lets them go."""
+        for uuid in list(self._stuck):
+            self._stuck[uuid] &= set(listed.get(uuid, {}))
+            if not self._stuck[uuid]:
+                del self._stuck[uuid]
+                continue
+            pids = ", ".join(str(p) for p in sorted(self._stuck[uuid]))
+            verdicts[uuid] = HealthVerdict(
+                uuid,
+                DeviceHealth.UNHEALTHY,
+                f"processes {pids} of an ended job still hold its memory (NVML lists them "
+                f"{self.config.release_wait_s:.0f}s after the job ended): no new work until "
+                "they are gone",
+            )
+        return verdicts
+
     def heartbeat_request(self) -> HeartbeatRequest:
         telemetry = self._telemetry()
-        verdicts = self.health.update(telemetry)
+        listed = self._track_gpu_processes(telemetry)
         self._enforce_memory(telemetry)
         replicas = []
         for key, r in sorted(self.replicas.items()):
             seen = r.observed or self.executor.observe(key)
+            if seen.status == EXITED and self._release(key, r, listed):
+                seen = dataclasses.replace(seen, status=RUNNING)  # its slices stay taken
             replicas.append(
                 replica_status(
                     seen,
@@ -323,6 +443,7 @@ class Agent:
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
                 )
             )
+        verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
         return HeartbeatRequest(
             node=self.config.node,
             epoch=self.epoch,

@@ -31,7 +31,11 @@ from gpupool.agent.jobdir import (
     StopRequest,
     write_json,
 )
-from gpupool.runtime.procs import is_alive
+from gpupool.runtime.procs import is_alive, marked
+
+#: The variable every job process inherits (set by ``agent/env.py``): finds a job's processes
+#: after they left its session.
+MARKER = "GPUPOOL_ASSIGNMENT_ID"
 
 #: Finished replica folders kept under ``done/`` for their logs.
 KEEP_DONE = 500
@@ -123,6 +127,21 @@ class Executor:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(state.pid, getattr(signal, signal_name, signal.SIGTERM))
+
+    def kill_leftovers(self, key: str) -> list[int]:
+        """SIGKILL every process still carrying the replica's marker; returns their pids.
+
+        The supervisor kills the job's process group when the job ends; a child that called
+        ``setsid()`` is in neither, and would keep the GPU (and its memory) busy.
+        """
+        killed = []
+        for pid in marked(MARKER, key):
+            if pid == os.getpid():
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
 
     def is_stopping(self, key: str) -> bool:
         return key in self._stopping or self.jobdir(key).stop.exists()

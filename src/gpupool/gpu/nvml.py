@@ -109,6 +109,9 @@ class NvmlBackend:
                 handles.append((index, nv.nvmlDeviceGetHandleByIndex(index)))
             except Exception as exc:
                 self._problem(f"GPU index {index}: no handle ({describe(exc)})")
+        version = self.calls.call("system", nv.nvmlSystemGetDriverVersion)
+        #: The driver's version (``570.86.15``), ``unknown`` when NVML does not say.
+        self.driver_version = _text(version) if version is not None else "unknown"
         self._inventory, self._handles = self._read_inventory(handles)
         if not self._inventory:
             self._shutdown()
@@ -354,7 +357,7 @@ class NvmlBackend:
                     )
             else:
                 self.calls.outcomes["nvmlDeviceGetMemoryInfo(v2)"] = "ok"
-                return bytes_to_mib(int(mem.used)), bytes_to_mib(int(mem.reserved))
+                return max(0, bytes_to_mib(int(mem.used))), bytes_to_mib(int(mem.reserved))
         mem = self.calls.call(uuid, nv.nvmlDeviceGetMemoryInfo, handle, failures=failures)
         return None if mem is None else (bytes_to_mib(int(mem.used)), None)
 
