@@ -256,3 +256,50 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+JOB_SETTINGS = {
+    "CUDA_HOME": "/usr/local/cuda-12.4",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",  # Megatron-LM needs it
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "CUDA_MODULE_LOADING": "LAZY",
+    "NVIDIA_TF32_OVERRIDE": "0",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def test_a_job_may_set_cuda_and_allocator_settings_but_not_what_gpupool_owns(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    state = tmp_path / "board.json"
+    write_state(state, [FakeGpu("GPU-one", "00000000:10:00.0", used=0)])
+    nvml_pool.start_nvml_agent("n1", state)
+    out = tmp_path / "env.json"
+    spec = {
+        "name": "megatron",
+        "command": [PY, "-c", DUMP_ENV, str(out)],
+        "env": JOB_SETTINGS,
+        "resources": {"gpus": 1},
+    }
+    job_id = str(nvml_pool.post("/v1/jobs", {"spec": spec})["job"]["id"])
+    nvml_pool.wait_state(job_id, "COMPLETED")
+    import json
+
+    seen = json.loads(out.read_text())
+    assert {k: seen.get(k) for k in JOB_SETTINGS} == JOB_SETTINGS
+    assert seen["CUDA_VISIBLE_DEVICES"] == "GPU-one"
+    assert nvml_pool.http is not None
+    for name in (
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "LD_PRELOAD",
+        "GPUPOOL_JOB_ID",
+        "RANK",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    ):
+        bad = {**spec, "name": "bad", "env": {name: "x"}}
+        r = nvml_pool.http.post("/v1/jobs", json={"spec": bad})
+        assert r.status_code in (400, 422), (name, r.status_code)
+        assert "reserved" in r.text, r.text
