@@ -24,14 +24,23 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
+from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env
 from gpupool.agent.executor import Executor, Observed
-from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
+from gpupool.agent.jobdir import (
+    BOOT_FAILED,
+    EXITED,
+    RUNNING,
+    STARTING,
+    LaunchSpec,
+    read_json,
+    write_json,
+)
 from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
     default_address,
@@ -125,6 +134,8 @@ class Replica:
     local_reason: str | None = None  # why the agent itself stopped or signalled it
     local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
     checkpoint_dir: str | None = None
+    uid: int | None = None  # the Unix user its processes run as
+    mps_verified: bool = False  # an MPS replica's process was seen attached to a server
     gpu_pids: set[int] = field(default_factory=set)  # its processes NVML has listed
     held_since: float | None = None  # ended, but NVML still lists its processes
     released: bool = False  # ended and its GPU memory is free (or the wait ran out)
@@ -208,6 +219,7 @@ class Agent:
                 checkpoint_dir=data.get("checkpoint_dir"),
                 local_reason=data.get("local_reason"),
                 local_stop=data.get("local_stop"),
+                uid=data.get("uid"),
             )
             adopted.append(key)
             if self.shipper is not None:
@@ -406,6 +418,58 @@ class Agent:
             )
         return False
 
+    def _mps_tenants(self, uid: int | None = None) -> list[mpsplan.MpsTenant]:
+        """Live replicas under MPS (of ``uid`` only, when given)."""
+        return [
+            mpsplan.MpsTenant(
+                r.uid,
+                tuple(r.assignment.device_uuids),
+                r.assignment.milli_per_device,
+                r.assignment.memory_mib_per_device,
+            )
+            for r in self.replicas.values()
+            if r.isolation == "mps"
+            and r.uid is not None
+            and (uid is None or r.uid == uid)
+            and (r.observed is None or r.observed.status in (STARTING, RUNNING))
+        ]
+
+    def _limit_mps_server(self, replica: Replica) -> str | None:
+        """Set the limits of the MPS server ``replica`` will attach to; what failed, if any."""
+        assert self.mps is not None
+        assert replica.uid is not None
+        a = replica.assignment
+        new = mpsplan.MpsTenant(
+            replica.uid, tuple(a.device_uuids), a.milli_per_device, a.memory_mib_per_device
+        )
+        percentage, memory = mpsplan.server_limits([*self._mps_tenants(replica.uid), new], new.uid)
+        return self.mps.limit(new.uid, percentage, memory)
+
+    def _check_mps_attached(self, listed: dict[str, dict[int, str]]) -> None:
+        """An MPS replica whose GPU processes are no server's clients runs without MPS."""
+        if self.mps is None:
+            return
+        clients: set[int] | None = None
+        for key, r in self.replicas.items():
+            if r.isolation != "mps" or r.mps_verified:
+                continue
+            mine = {pid for per in listed.values() for pid, owner in per.items() if owner == key}
+            if not mine:
+                continue  # CUDA not started yet
+            if clients is None:
+                clients = self.mps.clients()
+            if mine & clients:
+                r.mps_verified = True
+                continue
+            r.isolation = "soft"  # what still holds: the framework caps and the watchdog
+            r.local_reason = (
+                f"running without MPS: its GPU processes {sorted(mine)} are no MPS server's "
+                "clients (the daemon restarted, or its pipe was unreachable), so no MPS limit "
+                "holds; watched as soft isolation"
+            )
+            self._save_assignment(key, r)
+            log.warning("%s: %s", key, r.local_reason)
+
     def _stuck_verdicts(
         self, verdicts: dict[str, HealthVerdict], listed: dict[str, dict[int, str]]
     ) -> dict[str, HealthVerdict]:
@@ -428,6 +492,7 @@ class Agent:
     def heartbeat_request(self) -> HeartbeatRequest:
         telemetry = self._telemetry()
         listed = self._track_gpu_processes(telemetry)
+        self._check_mps_attached(listed)
         self._enforce_memory(telemetry)
         replicas = []
         for key, r in sorted(self.replicas.items()):
@@ -515,6 +580,7 @@ class Agent:
             mps_pipe_dir=str(self.mps.pipe_dir) if self.mps is not None else None,
             mps_log_dir=str(self.mps.log_dir) if self.mps is not None else None,
             soft_hook_dir=SOFT_HOOK_DIR,
+            reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
@@ -527,7 +593,15 @@ class Agent:
                 )
             if self.config.run_as == SUBMITTER:
                 account = account_for(a.user, self.config.node)
+            replica.uid = account.uid if account is not None else os.getuid()
+            ctx = replace(
+                ctx, mps_refused=mpsplan.conflict(self._mps_tenants(), replica.uid, a.device_uuids)
+            )
             replica.isolation = resolve(a.isolation, ctx)
+            if replica.isolation == "mps":
+                problem = self._limit_mps_server(replica)
+                if problem is not None:  # auto falls back; an explicit mps is refused
+                    replica.isolation = resolve(a.isolation, replace(ctx, mps_refused=problem))
             workdir = a.workdir or str(self.config.state_dir / "work" / a.job_id)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
             made_workdir = a.workdir is None
@@ -680,6 +754,7 @@ class Agent:
             "checkpoint_dir": replica.checkpoint_dir,
             "local_reason": replica.local_reason,
             "local_stop": replica.local_stop,
+            "uid": replica.uid,
         }
 
     def _save_assignment(self, key: str, replica: Replica) -> None:
