@@ -303,3 +303,20 @@ def test_a_job_may_set_cuda_and_allocator_settings_but_not_what_gpupool_owns(
         r = nvml_pool.http.post("/v1/jobs", json={"spec": bad})
         assert r.status_code in (400, 422), (name, r.status_code)
         assert "reserved" in r.text, r.text
+
+
+def test_a_multi_gpu_job_is_never_given_several_mig_instances(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    gpus = [FakeGpu("GPU-split", "00000000:30:00.0", name="NVIDIA H200", total=141 * GIB, mig=True)]
+    migs = [  # CUDA enumerates one MIG instance per process: two would be one
+        FakeMig(f"MIG-{i}", parent=0, slot=i, profile="3g.71gb", total=70 * GIB) for i in range(2)
+    ]
+    state = tmp_path / "board.json"
+    write_state(state, gpus, migs)
+    nvml_pool.start_nvml_agent("mig", state)
+    pair = nvml_pool.submit("pair", "sleep=0", resources={"gpus": 2})
+    single = nvml_pool.submit("single", "sleep=0", resources={"gpus": 1})
+    nvml_pool.wait_state(single, "COMPLETED")  # scheduled after the pair was considered
+    assert nvml_pool.job(pair)["state"] == "PENDING"
+    assert nvml_pool.starts("pair") == []
