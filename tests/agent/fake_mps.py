@@ -36,15 +36,18 @@ if words[:1] == ["start_server"]:
     uid = int(words[words.index("-uid") + 1])
     path = os.path.join(pipe, "server." + str(uid))
     if not os.path.exists(path):
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.setsid()
             if os.getuid() != uid:
                 os.setgroups([]); os.setgid(uid); os.setuid(uid)
+            os.write(ready_w, b"1")  # running as its user before anyone looks
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.execvp("sleep", ["sleep", "600"])
+        os.read(ready_r, 1)
         open(path, "w").write(str(pid))
 elif words[:1] == ["get_server_list"]:
     for pid in servers().values():

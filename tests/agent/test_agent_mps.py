@@ -53,6 +53,8 @@ def mps_agent(
     root: Path, fake: FakeNvml, monkeypatch: pytest.MonkeyPatch, **config: object
 ) -> tuple[Agent, FakeServer]:
     install(root / "bin", PY)
+    # The fake binary is a Python script: give it time on a loaded machine.
+    monkeypatch.setattr("gpupool.runtime.mps.PROBE_TIMEOUT_S", 120.0)
     monkeypatch.setenv("PATH", f"{root / 'bin'}:{os.environ['PATH']}")
     server = FakeServer()
     state = config.pop("state_dir", root / "state")

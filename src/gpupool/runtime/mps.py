@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
-_PROBE_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 5.0
 #: Longest pipe folder whose sockets (``<pipe>/control``, server sockets beside it) still fit
 #: in a Unix socket path (107 bytes), with room for the daemon's own socket names.
 PIPE_DIR_MAX = 80
@@ -63,7 +63,10 @@ def _uid_of(pid: int) -> int | None:
 class MpsDaemon:
     """One MPS control daemon with private pipe and log folders."""
 
-    def __init__(self, root: Path, binary: str = CONTROL_BINARY) -> None:
+    def __init__(
+        self, root: Path, binary: str = CONTROL_BINARY, timeout_s: float | None = None
+    ) -> None:
+        self.timeout_s = timeout_s  # for one control command; None: PROBE_TIMEOUT_S
         self.pipe_dir = root / "pipe"
         if len(str(self.pipe_dir)) > PIPE_DIR_MAX:
             digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
@@ -97,7 +100,7 @@ class MpsDaemon:
                 env=self._env(),
                 capture_output=True,
                 text=True,
-                timeout=_PROBE_TIMEOUT_S,
+                timeout=self.timeout_s or PROBE_TIMEOUT_S,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
