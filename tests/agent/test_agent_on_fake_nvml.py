@@ -316,7 +316,10 @@ def test_a_multi_gpu_job_is_never_given_several_mig_instances(
     write_state(state, gpus, migs)
     nvml_pool.start_nvml_agent("mig", state)
     pair = nvml_pool.submit("pair", "sleep=0", resources={"gpus": 2})
+    # a whole H200 asked for by name: a MIG slice of one is not an H200
+    whole = nvml_pool.submit("whole", "sleep=0", resources={"gpus": 1, "gpu_types": ["H200"]})
     single = nvml_pool.submit("single", "sleep=0", resources={"gpus": 1})
-    nvml_pool.wait_state(single, "COMPLETED")  # scheduled after the pair was considered
+    nvml_pool.wait_state(single, "COMPLETED")  # scheduled after the others were considered
     assert nvml_pool.job(pair)["state"] == "PENDING"
-    assert nvml_pool.starts("pair") == []
+    assert nvml_pool.job(whole)["state"] == "PENDING"
+    assert nvml_pool.starts("pair") == nvml_pool.starts("whole") == []
