@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from gpupool import __version__
 from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env
-from gpupool.agent.executor import Executor
+from gpupool.agent.executor import MARKER, Executor
 from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import (
     BOOT_FAILED,
@@ -414,6 +414,7 @@ class Agent(GpuRules):
         argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
         if account is not None:
             env.update(account.env())
+        env[MARKER] = str(self.executor.jobdir(a.assignment_id).path)  # finds strays later
         spec = LaunchSpec(
             argv=argv,
             env=env,

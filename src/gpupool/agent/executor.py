@@ -34,9 +34,10 @@ from gpupool.agent.jobdir import (
 from gpupool.runtime.cgroups import JobCgroups, open_cgroups
 from gpupool.runtime.procs import is_alive, marked
 
-#: The variable every job process inherits (set by ``agent/env.py``): finds a job's processes
-#: after they left its session.
-MARKER = "GPUPOOL_ASSIGNMENT_ID"
+#: The variable every job process inherits, set to its replica's folder (unique on this
+#: machine, also with several agents on it): finds a job's processes after they left its
+#: session.
+MARKER = "GPUPOOL_REPLICA_DIR"
 
 #: Finished replica folders kept under ``done/`` for their logs.
 KEEP_DONE = 500
@@ -155,7 +156,7 @@ class Executor:
 
     def kill_leftovers(self, key: str) -> list[int]:
         """SIGKILL what is left of the replica: its cgroup's members (where the node has
-        cgroup v2, sparing the supervisor), and every process carrying its marker variable;
+        cgroup v2, sparing the supervisor), and every process carrying its :data:`MARKER`;
         returns their pids.
 
         The supervisor kills the job's process group when the job ends; a child that called
@@ -170,7 +171,7 @@ class Executor:
             killed += self.cgroups.kill(key, spare=supervisor if alive else None)
             if not alive:
                 self.cgroups.remove(key)
-        for pid in marked(MARKER, key):
+        for pid in marked(MARKER, str(self.jobdir(key).path)):
             if pid in killed:
                 continue
             if pid == os.getpid():

@@ -94,7 +94,7 @@ def descendants(root: int) -> list[int]:
 def marked(name: str, value: str) -> list[int]:
     """Processes whose environment has ``name=value``.
 
-    A job's processes inherit the agent's marker variable (``GPUPOOL_ASSIGNMENT_ID``), also the
+    A job's processes inherit the agent's marker variable (``GPUPOOL_REPLICA_DIR``), also the
     ones that left its session with ``setsid()`` and were re-parented to init, where neither
     the process group nor the tree finds them. Unreadable environments (another user's process
     while the agent is not root) are skipped.
