@@ -160,7 +160,11 @@ def test_mps_client_attaches_with_its_sm_share_and_a_memory_limit_it_cannot_rais
             mps_pipe_dir=str(daemon.pipe_dir),
             mps_log_dir=str(daemon.log_dir),
         )
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid, **isolation_env("mps", ctx)}
+        plain = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid}
+        with cuda_client(plain) as client:  # not through our MPS daemon: every SM
+            assert client.ready, client.line
+            total = int(client.field("sms"))
+        env = {**plain, **isolation_env("mps", ctx)}
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
         tenant = mpsplan.MpsTenant(os.getuid(), (device.uuid,), milli, slice_mib)
         percentage, memory = mpsplan.server_limits([tenant], tenant.uid)
@@ -170,7 +174,6 @@ def test_mps_client_attaches_with_its_sm_share_and_a_memory_limit_it_cannot_rais
             assert client.field("allocs") == "ok"
             assert client.proc.pid in daemon.clients()  # attached, not silently without MPS
             sms = int(client.field("sms"))
-            total = device.sm_count or 132
             assert sms <= -(-total * percentage // 100) + 2, f"{sms} SMs of {total} visible"
         with cuda_client(env, slice_mib * 2) as client:
             assert client.field("allocs").startswith("err"), client.line

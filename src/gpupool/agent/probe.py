@@ -325,7 +325,11 @@ class Probe:
             mps_pipe_dir=str(daemon.pipe_dir),
             mps_log_dir=str(daemon.log_dir),
         )
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid, **isolation_env("mps", ctx)}
+        plain = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid}
+        plain.pop("CUDA_MPS_PIPE_DIRECTORY", None)
+        with cuda_client(plain) as client:  # outside MPS: every SM of the GPU
+            total_sms = int(client.field("sms") or 0) or device.sm_count or 0
+        env = {**plain, **isolation_env("mps", ctx)}
         tenant = mpsplan.MpsTenant(os.getuid(), (device.uuid,), milli, slice_mib)
         percentage, memory = mpsplan.server_limits([tenant], tenant.uid)
         problem = daemon.limit(tenant.uid, percentage, memory)
@@ -342,11 +346,11 @@ class Probe:
                 f"client {client.proc.pid}: {client.line}; in the server's client list: {attached}",
             )
             sms = int(client.field("sms") or 0)
-            expected = math.ceil((device.sm_count or sms or 1) * percentage / 100)
+            expected = math.ceil(total_sms * percentage / 100)
             self.add(
                 "mps sm share",
                 PASS if 0 < sms <= expected + 2 else FAIL,
-                f"{sms} SMs visible for {percentage}% (expected about {expected})",
+                f"{sms} of {total_sms} SMs visible for {percentage}% (expected about {expected})",
             )
         with cuda_client(env, slice_mib * 2) as client:
             self.add(
