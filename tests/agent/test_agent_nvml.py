@@ -169,3 +169,27 @@ def test_an_ended_jobs_memory_still_listed_after_the_wait_frees_the_slice_and_ma
     fake.gpus[0].procs = []  # the driver finally let go
     agent.heartbeat()
     assert server.requests[-1].telemetry[0].healthy is True
+
+
+def test_a_measured_context_size_replaces_the_default_reserve(
+    tmp_path: Path, cleanup: list[Agent]
+) -> None:
+    # What the agent measured at an earlier start (a small context on this driver).
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "context.json").write_text(
+        '{"NVIDIA H100 80GB HBM3 / driver 570.86.15": 200}'
+    )
+    fake = one_gpu(name="NVIDIA H100 80GB HBM3")
+    agent, server = nvml_agent(tmp_path, fake)
+    cleanup.append(agent)
+    pid = start(agent, server, "measured")
+    fake.gpus[0].procs = [(pid, (2048 + 500) * MIB)]  # within the default reserve, not this one
+    agent.heartbeat()
+    assert "context reserve of 328MiB" in (agent.replicas["measured"].local_reason or "")
+
+
+def test_measuring_the_context_without_cuda_gives_up_at_once(tmp_path: Path) -> None:
+    from gpupool.gpu.context import measure_context_mib
+
+    backend = NvmlBackend(nvml=one_gpu())
+    assert measure_context_mib(backend, backend.inventory()[0], timeout_s=60) is None

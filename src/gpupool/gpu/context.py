@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
 import time
@@ -74,8 +75,10 @@ def measure_context_mib(backend: Any, device: DeviceInfo, timeout_s: float = 60.
         return None
     try:
         assert child.stdout is not None
-        if child.stdout.readline().strip() != "ready":
-            return None
+        with selectors.DefaultSelector() as sel:  # CUDA start-up may hang: never block on it
+            sel.register(child.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout_s) or child.stdout.readline().strip() != "ready":
+                return None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             sample = backend.sample().by_uuid().get(device.uuid)
