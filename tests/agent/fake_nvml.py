@@ -51,6 +51,9 @@ NVML_FEATURE_ENABLED = 1
 NVML_NVLINK_MAX_LINKS = 6
 NVML_NVLINK_DEVICE_TYPE_GPU = 0
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
 nvmlEventTypeXidCriticalError = 8
 nvmlMemory_v2 = 0x02000028
 GIB = 1024**3
@@ -334,6 +337,12 @@ class FakeNvml:
         self._check("nvmlDeviceGetNvLinkRemoteDeviceType", h)
         g = self.gpus[h]
         return NVML_NVLINK_DEVICE_TYPE_SWITCH if link in g.switch_links else 0
+
+    def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
+        ga, gb = self.gpus[a], self.gpus[b]
+        direct = gb.bus in ga.links.values()
+        switched = bool(set(ga.switch_links.values()) & set(gb.switch_links.values()))
+        return NVML_P2P_STATUS_OK if direct or switched else NVML_P2P_STATUS_NOT_SUPPORTED
 
     # -- samples
     def _whole_only(self, fn: str, h: Any) -> FakeGpu:

@@ -133,7 +133,7 @@ def test_a_job_gets_its_devices_slice_and_gang_variables(tmp_path: Path) -> None
                     memory_mib_per_device=81920,
                     gang=gang,
                     restart_count=2,
-                    env={"MINE": "yes", "CUDA_HACK": "no"},
+                    env={"MINE": "yes", "CUDA_MPS_PIPE_DIRECTORY": "/tmp/not-ours"},
                 )
             ],
         )
@@ -158,7 +158,7 @@ def test_a_job_gets_its_devices_slice_and_gang_variables(tmp_path: Path) -> None
     )
     assert env["LOCAL_RANK"] == "0"
     assert env["MINE"] == "yes"
-    assert "CUDA_HACK" not in env  # reserved names never reach the job
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env  # reserved names never reach the job
     # the server acknowledges: the agent forgets it and stops reporting it
     server.queue.append(HeartbeatResponse(epoch=1, heartbeat_interval_s=0.2, finished_ack=["a1"]))
     agent.heartbeat()

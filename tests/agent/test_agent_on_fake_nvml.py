@@ -221,3 +221,105 @@ def test_a_slice_is_freed_only_once_nvml_no_longer_lists_the_jobs_processes(
     write_state(state, board)
     nvml_pool.wait_state(job_id, "COMPLETED")
     assert not held()
+
+
+ESCAPE = r"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         start_new_session=True)  # setsid(): out of the job's process group
+open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+"""
+
+
+def test_a_child_that_left_the_jobs_session_is_stopped_with_the_job(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    state = tmp_path / "board.json"
+    write_state(state, [FakeGpu("GPU-one", "00000000:10:00.0", used=0)])
+    nvml_pool.start_nvml_agent("n1", state)
+    pid_file, go = tmp_path / "child.pid", tmp_path / "go"
+    spec = {"name": "escape", "command": [PY, "-c", ESCAPE, str(pid_file), str(go)]}
+    job_id = str(nvml_pool.post("/v1/jobs", {"spec": spec})["job"]["id"])
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child"))
+    assert _alive(child)
+    go.write_text("")  # the job's leader exits; the setsid child would run on
+    nvml_pool.wait_state(job_id, "COMPLETED")
+    wait_for(lambda: not _alive(child), 60, f"the setsid child {child} to be killed")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+JOB_SETTINGS = {
+    "CUDA_HOME": "/usr/local/cuda-12.4",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",  # Megatron-LM needs it
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "CUDA_MODULE_LOADING": "LAZY",
+    "NVIDIA_TF32_OVERRIDE": "0",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def test_a_job_may_set_cuda_and_allocator_settings_but_not_what_gpupool_owns(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    state = tmp_path / "board.json"
+    write_state(state, [FakeGpu("GPU-one", "00000000:10:00.0", used=0)])
+    nvml_pool.start_nvml_agent("n1", state)
+    out = tmp_path / "env.json"
+    spec = {
+        "name": "megatron",
+        "command": [PY, "-c", DUMP_ENV, str(out)],
+        "env": JOB_SETTINGS,
+        "resources": {"gpus": 1},
+    }
+    job_id = str(nvml_pool.post("/v1/jobs", {"spec": spec})["job"]["id"])
+    nvml_pool.wait_state(job_id, "COMPLETED")
+    import json
+
+    seen = json.loads(out.read_text())
+    assert {k: seen.get(k) for k in JOB_SETTINGS} == JOB_SETTINGS
+    assert seen["CUDA_VISIBLE_DEVICES"] == "GPU-one"
+    assert nvml_pool.http is not None
+    for name in (
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "LD_PRELOAD",
+        "GPUPOOL_JOB_ID",
+        "RANK",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    ):
+        bad = {**spec, "name": "bad", "env": {name: "x"}}
+        r = nvml_pool.http.post("/v1/jobs", json={"spec": bad})
+        assert r.status_code in (400, 422), (name, r.status_code)
+        assert "reserved" in r.text, r.text
+
+
+def test_a_multi_gpu_job_is_never_given_several_mig_instances(
+    nvml_pool: NvmlPool, tmp_path: Path
+) -> None:
+    gpus = [FakeGpu("GPU-split", "00000000:30:00.0", name="NVIDIA H200", total=141 * GIB, mig=True)]
+    migs = [  # CUDA enumerates one MIG instance per process: two would be one
+        FakeMig(f"MIG-{i}", parent=0, slot=i, profile="3g.71gb", total=70 * GIB) for i in range(2)
+    ]
+    state = tmp_path / "board.json"
+    write_state(state, gpus, migs)
+    nvml_pool.start_nvml_agent("mig", state)
+    pair = nvml_pool.submit("pair", "sleep=0", resources={"gpus": 2})
+    # a whole H200 asked for by name: a MIG slice of one is not an H200
+    whole = nvml_pool.submit("whole", "sleep=0", resources={"gpus": 1, "gpu_types": ["H200"]})
+    single = nvml_pool.submit("single", "sleep=0", resources={"gpus": 1})
+    nvml_pool.wait_state(single, "COMPLETED")  # scheduled after the others were considered
+    assert nvml_pool.job(pair)["state"] == "PENDING"
+    assert nvml_pool.job(whole)["state"] == "PENDING"
+    assert nvml_pool.starts("pair") == nvml_pool.starts("whole") == []

@@ -58,7 +58,7 @@ def test_mps_env_has_the_thread_share_and_pinned_memory_per_device() -> None:
     c = ctx(250, 20480, A100, SliceDevice("GPU-b", 81920), mps=True)
     env = isolation_env("mps", c)
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M,1=20480M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "GPU-a=20480M,GPU-b=20480M"
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps"
 
 

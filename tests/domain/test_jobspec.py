@@ -198,7 +198,7 @@ def test_spec_env_is_read_only() -> None:
         "CUDA_VISIBLE_DEVICES",
         "cuda_visible_devices",
         "Cuda_Mps_Pipe_Directory",
-        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
         "GPUPOOL_JOB_ID",
         "gpupool_anything",
         "LD_PRELOAD",
@@ -211,6 +211,21 @@ def test_spec_env_is_read_only() -> None:
 def test_reserved_env_names_are_rejected(name: str) -> None:
     with pytest.raises(InvalidValue, match="reserved"):
         validate_env_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_HOME",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_MODULE_LOADING",
+        "NVIDIA_TF32_OVERRIDE",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    ],
+)
+def test_cuda_and_framework_settings_are_ordinary_job_env(name: str) -> None:
+    assert validate_env_name(name) == name
 
 
 def _case_variants(word: str) -> st.SearchStrategy[str]:

@@ -19,17 +19,20 @@ running while the agent was away, and they are reported, never started again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
+from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env, start_folder
-from gpupool.agent.executor import Executor, Observed
+from gpupool.agent.executor import MARKER, Executor
+from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
 from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
@@ -43,9 +46,10 @@ from gpupool.agent.results import ResultShipper, ResultSink
 from gpupool.agent.runas import AGENT, Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
 from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
-from gpupool.agent.usage import newest_mtime, usage_by_replica
+from gpupool.agent.usage import newest_mtime
 from gpupool.control.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
+from gpupool.gpu.context import ContextReserves
 from gpupool.gpu.health import HealthTracker
 from gpupool.gpu.simulated import LOAD_ENV, parse_synthetic_load
 from gpupool.runtime.isolation import (
@@ -57,7 +61,7 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
+from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
     HeartbeatRequest,
@@ -99,22 +103,15 @@ class AgentConfig:
     watchdog_grace_s: float = 30.0
     pressure_threshold: float = 0.95
     use_mps: bool = True
+    #: How long an ended job's processes may stay listed by NVML (the driver tearing their
+    #: contexts down) before its slices are given back anyway and its devices marked unhealthy.
+    release_wait_s: float = 30.0
+    #: Measure the CUDA context size of each GPU model at start (NVML backend only).
+    measure_context: bool = True
     run_as: str = AGENT  # SUBMITTER, or one account's name: who jobs run as (agent/runas.py)
 
 
-@dataclass
-class Replica:
-    """A replica this agent knows: its assignment and what the agent decided about it."""
-
-    assignment: AssignmentSpec
-    isolation: str | None
-    observed: Observed | None = None
-    local_reason: str | None = None  # why the agent itself stopped or signalled it
-    local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
-    checkpoint_dir: str | None = None
-
-
-class Agent:
+class Agent(GpuRules):
     """See the module docstring."""
 
     def __init__(
@@ -150,6 +147,18 @@ class Agent:
             if daemon.available and daemon.start():
                 self.mps = daemon
         self.heartbeats = 0
+        self._stuck: dict[str, set[int]] = {}  # device -> pids of ended jobs NVML still lists
+        self._said_pid_namespace = False
+        self._reserve: dict[str, int] = {}  # device -> CUDA context reserve (MiB)
+        if backend.name == "nvml":
+            reserves = ContextReserves(
+                config.state_dir / "context.json", str(getattr(backend, "driver_version", "?"))
+            )
+            if config.measure_context:
+                reserves.measure(backend, self.inventory)
+            parents = {d.uuid: d for d in self.inventory}
+            for d in self.devices:
+                self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -186,6 +195,7 @@ class Agent:
                 checkpoint_dir=data.get("checkpoint_dir"),
                 local_reason=data.get("local_reason"),
                 local_stop=data.get("local_stop"),
+                uid=data.get("uid"),
             )
             adopted.append(key)
             if self.shipper is not None:
@@ -221,6 +231,9 @@ class Agent:
             seen = self.executor.observe(key)
             if replica.observed is None or seen.status != replica.observed.status:
                 changed = True
+                if seen.status in (EXITED, BOOT_FAILED):
+                    # The group is gone; children that called setsid() are not: stop them too.
+                    replica.gpu_pids.update(self.executor.kill_leftovers(key))
             replica.observed = seen
         return changed
 
@@ -249,79 +262,18 @@ class Agent:
         self.backend.set_workload(workloads)
         return self.backend.sample()
 
-    def _enforce_memory(self, telemetry: Telemetry) -> None:
-        now = self.clock.now()
-        usage = usage_by_replica(
-            telemetry,
-            {
-                r.observed.pid: key
-                for key, r in self.replicas.items()
-                if r.observed is not None and r.observed.pid is not None
-            },
-        )
-        watched = []
-        for key, r in self.replicas.items():
-            if r.observed is None or r.observed.status != RUNNING:
-                continue
-            watched.append(
-                WatchedReplica(
-                    key=key,
-                    device_uuids=tuple(r.assignment.device_uuids),
-                    memory_limit_mib=r.assignment.memory_mib_per_device,
-                    usage_mib=usage.get(key, {}),
-                    priority=r.assignment.priority,
-                    preemptible=r.assignment.preemptible,
-                    watched=r.isolation == "soft",
-                    stopping=self.executor.is_stopping(key),
-                )
-            )
-        for verdict in self.watchdog.check(now, watched):
-            replica = self.replicas[verdict.key]
-            if verdict.action is Action.SIGNAL:
-                # If the job ends on this signal, it ended because of its memory.
-                replica.local_reason = verdict.reason
-                replica.local_stop = "memory"
-                self._save_assignment(verdict.key, replica)
-                self.executor.signal(verdict.key, replica.assignment.checkpoint_signal)
-            else:
-                self._local_stop(verdict.key, "memory", verdict.reason, "SIGKILL", 0.0)
-        memory = {
-            s.uuid: (s.memory_used_mib, s.memory_total_mib)
-            for s in telemetry.devices
-            if s.memory_used_mib is not None and not s.lost
-        }
-        pressured = frozenset(
-            k
-            for k, r in self.replicas.items()
-            if r.local_reason
-            and "pressure" in r.local_reason
-            and r.observed is not None
-            and r.observed.status == RUNNING
-        )
-        for verdict in pressure_victims(memory, watched, self.config.pressure_threshold, pressured):
-            a = self.replicas[verdict.key].assignment
-            self._local_stop(
-                verdict.key, "pressure", verdict.reason, a.checkpoint_signal, a.grace_period_s
-            )
-
-    def _local_stop(self, key: str, reason: str, text: str, signal: str, grace: float) -> None:
-        replica = self.replicas[key]
-        if self.executor.is_stopping(key):
-            return
-        replica.local_reason = text
-        replica.local_stop = reason
-        self._save_assignment(key, replica)
-        self.executor.stop(key, reason=reason, signal_name=signal, grace_s=grace)
-
     # ------------------------------------------------------------------ heartbeat
 
     def heartbeat_request(self) -> HeartbeatRequest:
         telemetry = self._telemetry()
-        verdicts = self.health.update(telemetry)
+        listed = self._track_gpu_processes(telemetry)
+        self._check_mps_attached(listed)
         self._enforce_memory(telemetry)
         replicas = []
         for key, r in sorted(self.replicas.items()):
             seen = r.observed or self.executor.observe(key)
+            if seen.status == EXITED and self._release(key, r, listed):
+                seen = dataclasses.replace(seen, status=RUNNING)  # its slices stay taken
             replicas.append(
                 replica_status(
                     seen,
@@ -331,6 +283,7 @@ class Agent:
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
                 )
             )
+        verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
         return HeartbeatRequest(
             node=self.config.node,
             epoch=self.epoch,
@@ -405,6 +358,7 @@ class Agent:
             mps_pipe_dir=str(self.mps.pipe_dir) if self.mps is not None else None,
             mps_log_dir=str(self.mps.log_dir) if self.mps is not None else None,
             soft_hook_dir=SOFT_HOOK_DIR,
+            reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
@@ -416,7 +370,15 @@ class Agent:
                     f"devices {', '.join(unknown)} are not on node {self.config.node}"
                 )
             account = job_account(self.config.run_as, a.user, self.config.node)
+            replica.uid = account.uid if account is not None else os.getuid()
+            ctx = replace(
+                ctx, mps_refused=mpsplan.conflict(self._mps_tenants(), replica.uid, a.device_uuids)
+            )
             replica.isolation = resolve(a.isolation, ctx)
+            if replica.isolation == "mps":
+                problem = self._limit_mps_server(replica)
+                if problem is not None:  # auto falls back; an explicit mps is refused
+                    replica.isolation = resolve(a.isolation, replace(ctx, mps_refused=problem))
             own = self.config.state_dir / "work" / a.job_id
             workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -460,6 +422,7 @@ class Agent:
         if account is not None:
             env.update(account.env())
         env["PWD"] = workdir
+        env[MARKER] = str(self.executor.jobdir(a.assignment_id).path)  # finds strays later
         spec = LaunchSpec(
             argv=argv,
             env=env,
@@ -590,6 +553,7 @@ class Agent:
             "checkpoint_dir": replica.checkpoint_dir,
             "local_reason": replica.local_reason,
             "local_stop": replica.local_stop,
+            "uid": replica.uid,
         }
 
     def _save_assignment(self, key: str, replica: Replica) -> None:

@@ -31,10 +31,26 @@ from gpupool.agent.jobdir import (
     StopRequest,
     write_json,
 )
-from gpupool.runtime.procs import is_alive
+from gpupool.runtime.cgroups import JobCgroups, open_cgroups
+from gpupool.runtime.procs import is_alive, marked
+
+#: The variable every job process inherits, set to its replica's folder (unique on this
+#: machine, also with several agents on it): finds a job's processes after they left its
+#: session.
+MARKER = "GPUPOOL_REPLICA_DIR"
 
 #: Finished replica folders kept under ``done/`` for their logs.
 KEEP_DONE = 500
+#: Starts the supervisor from inside the replica's cgroup: the wrapper moves itself there, then
+#: becomes the supervisor (same pid), so the job is born in the cgroup.
+_IN_CGROUP = (
+    "import os, sys\n"
+    "try:\n"
+    "    open(sys.argv[1], 'w').write(str(os.getpid()) + '\\n')\n"
+    "except OSError as exc:\n"
+    "    print(f'gpupool: not in its cgroup: {exc}', file=sys.stderr)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'gpupool.agent.supervisor', sys.argv[2]])\n"
+)
 _SUPERVISOR_GONE = (
     "its supervisor process ended without recording a result (killed, or the node rebooted)"
 )
@@ -57,7 +73,13 @@ class Observed:
 class Executor:
     """Starts and follows supervisors for the replicas of this node."""
 
-    def __init__(self, state_dir: Path, *, python: str | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        python: str | None = None,
+        cgroups: JobCgroups | bool | None = True,
+    ) -> None:
         self.jobs_dir = state_dir / "jobs"
         self.done_dir = state_dir / "done"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -65,6 +87,8 @@ class Executor:
         self._python = python or sys.executable
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # supervisors we started
         self._stopping: set[str] = set()
+        #: A cgroup per replica where the node allows it (``True``: find out; ``False``: none).
+        self.cgroups: JobCgroups | None = open_cgroups() if cgroups is True else (cgroups or None)
 
     def jobdir(self, key: str) -> JobDir:
         return JobDir(self.jobs_dir / key)
@@ -81,8 +105,14 @@ class Executor:
         jd.path.mkdir(parents=True, exist_ok=True)
         write_json(jd.assignment, assignment)
         write_json(jd.launch, spec.to_json())
+        argv = [self._python, "-m", "gpupool.agent.supervisor", str(jd.path)]
+        if self.cgroups is not None:
+            procs = self.cgroups.path(key) / "cgroup.procs"
+            with contextlib.suppress(OSError):
+                procs.parent.mkdir(parents=True, exist_ok=True)
+            argv = [self._python, "-c", _IN_CGROUP, str(procs), str(jd.path)]
         self._children[key] = subprocess.Popen(
-            [self._python, "-m", "gpupool.agent.supervisor", str(jd.path)],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(jd.path / "supervisor.log", "ab"),  # noqa: SIM115 - the child owns it
@@ -123,6 +153,33 @@ class Executor:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(state.pid, getattr(signal, signal_name, signal.SIGTERM))
+
+    def kill_leftovers(self, key: str) -> list[int]:
+        """SIGKILL what is left of the replica: its cgroup's members (where the node has
+        cgroup v2, sparing the supervisor), and every process carrying its :data:`MARKER`;
+        returns their pids.
+
+        The supervisor kills the job's process group when the job ends; a child that called
+        ``setsid()`` is not in it, and would keep the GPU (and its memory) busy.
+        """
+        killed = []
+        if self.cgroups is not None:
+            state = self.jobdir(key).read_state()
+            supervisor = state.supervisor_pid if state is not None else None
+            ticks = state.supervisor_ticks if state is not None else None
+            alive = supervisor is not None and is_alive(supervisor, ticks)
+            killed += self.cgroups.kill(key, spare=supervisor if alive else None)
+            if not alive:
+                self.cgroups.remove(key)
+        for pid in marked(MARKER, str(self.jobdir(key).path)):
+            if pid in killed:
+                continue
+            if pid == os.getpid():
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
 
     def is_stopping(self, key: str) -> bool:
         return key in self._stopping or self.jobdir(key).stop.exists()
@@ -175,6 +232,8 @@ class Executor:
         """
         self._stopping.discard(key)
         self._children.pop(key, None)
+        if self.cgroups is not None:
+            self.cgroups.remove(key)
         src = self.jobdir(key).path
         if not src.exists():
             return

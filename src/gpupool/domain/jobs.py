@@ -53,16 +53,18 @@ class RequeuePolicy(enum.Enum):
     ON_FAILURE = "on-failure"
 
 
-#: Environment names that gpupool sets itself or that would break isolation. Matched
-#: case-insensitively; an entry ending in ``*`` is a prefix.
+#: Environment names that gpupool owns: it sets them itself, or they would break isolation.
+#: Matched case-insensitively; an entry ending in ``*`` is a prefix. Everything else is an
+#: ordinary job setting, including CUDA and framework tuning (``CUDA_HOME``,
+#: ``CUDA_DEVICE_MAX_CONNECTIONS``, ``CUDA_LAUNCH_BLOCKING``, ``CUDA_MODULE_LOADING``,
+#: ``NVIDIA_TF32_OVERRIDE``, ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``).
 RESERVED_ENV: tuple[str, ...] = (
-    "CUDA_*",
-    "NVIDIA_*",
+    "CUDA_VISIBLE_DEVICES",  # the slice's devices
+    "CUDA_MPS_*",  # MPS pipe, SM share and pinned memory limit
+    "LD_PRELOAD",  # the preload an isolation mode may use
+    "LD_LIBRARY_PATH",  # where that preload and the driver's libraries are found
     "GPUPOOL_*",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "XLA_PYTHON_CLIENT_*",
-    "PYTORCH_CUDA_ALLOC_CONF",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",  # the soft cap for JAX
     "MASTER_ADDR",
     "MASTER_PORT",
     "WORLD_SIZE",

@@ -88,6 +88,11 @@ def matches_gpu_type(model: str, wanted: str) -> bool:
     return bool(wanted_tokens) and wanted_tokens <= _tokens(model)
 
 
+def is_mig_model(model: str) -> bool:
+    """True for a MIG instance's model (``MIG 1g.18gb``, as the agent registers it)."""
+    return model == "MIG" or model.startswith("MIG ")
+
+
 def allowed_model(model: str, gpu_types: tuple[str, ...]) -> bool:
     """True when ``model`` is acceptable for a request listing ``gpu_types`` (empty = any)."""
     return not gpu_types or any(matches_gpu_type(model, t) for t in gpu_types)

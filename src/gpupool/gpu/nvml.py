@@ -109,6 +109,9 @@ class NvmlBackend:
                 handles.append((index, nv.nvmlDeviceGetHandleByIndex(index)))
             except Exception as exc:
                 self._problem(f"GPU index {index}: no handle ({describe(exc)})")
+        version = self.calls.call("system", nv.nvmlSystemGetDriverVersion)
+        #: The driver's version (``570.86.15``), ``unknown`` when NVML does not say.
+        self.driver_version = _text(version) if version is not None else "unknown"
         self._inventory, self._handles = self._read_inventory(handles)
         if not self._inventory:
             self._shutdown()
@@ -240,6 +243,17 @@ class NvmlBackend:
             found[_text(uuid)] = mig
         return tuple(instances), found
 
+    def _mig_uuids(self, handle: Any, parent: str) -> list[str]:
+        """The UUIDs of one GPU's MIG instances now, in slot order."""
+        nv, calls = self._nv, self.calls
+        uuids = []
+        for i in range(int(calls.call(parent, nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)):
+            mig = calls.call(parent, nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+            uuid = calls.call(parent, nv.nvmlDeviceGetUUID, mig) if mig is not None else None
+            if uuid is not None:
+                uuids.append(_text(uuid))
+        return uuids
+
     def _read_nvlink(self, handle: Any, own: str) -> _Links:
         nv, calls = self._nv, self.calls
         reach = _Links()
@@ -316,6 +330,8 @@ class NvmlBackend:
             if not info.mig_enabled:
                 continue
             try:
+                if self._mig_uuids(handle, info.uuid) == [m.uuid for m in info.mig_instances]:
+                    continue  # unchanged: the cheap check (a handle and a UUID per slot)
                 instances, found = self._list_mig(handle, info.uuid)
             except Lost:
                 continue  # the sample reports the GPU lost
@@ -354,7 +370,7 @@ class NvmlBackend:
                     )
             else:
                 self.calls.outcomes["nvmlDeviceGetMemoryInfo(v2)"] = "ok"
-                return bytes_to_mib(int(mem.used)), bytes_to_mib(int(mem.reserved))
+                return max(0, bytes_to_mib(int(mem.used))), bytes_to_mib(int(mem.reserved))
         mem = self.calls.call(uuid, nv.nvmlDeviceGetMemoryInfo, handle, failures=failures)
         return None if mem is None else (bytes_to_mib(int(mem.used)), None)
 

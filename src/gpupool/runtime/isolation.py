@@ -19,6 +19,7 @@ then fails to boot with that reason) rather than silently weakened.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,8 +47,10 @@ class SliceContext:
     """One replica's slice on this node: its devices and the share of each.
 
     ``milli`` and ``memory_mib`` are per device. ``mps_pipe_dir`` / ``mps_log_dir`` are set
-    when this node runs an MPS control daemon; ``soft_hook_dir`` is the folder holding the
-    interpreter start hook.
+    when this node runs an MPS control daemon; ``mps_refused`` says why this replica may not
+    use it all the same (another Unix user's MPS jobs on its GPU). ``soft_hook_dir`` is the
+    folder holding the interpreter start hook. ``reserve_mib`` is the CUDA context reserve of
+    the devices' model (MiB a process holds beyond what its framework allocates).
     """
 
     devices: tuple[SliceDevice, ...]
@@ -56,6 +59,8 @@ class SliceContext:
     mps_pipe_dir: str | None = None
     mps_log_dir: str | None = None
     soft_hook_dir: str | None = None
+    mps_refused: str | None = None
+    reserve_mib: int = 0
 
     @property
     def whole(self) -> bool:
@@ -113,16 +118,19 @@ class Mps:
             return "this node runs no MPS control daemon (nvidia-cuda-mps-control not available)"
         if any(d.is_mig for d in ctx.devices):
             return "MPS on MIG instances is not supported by gpupool"
-        return None
+        return ctx.mps_refused
 
     def job_env(self, ctx: SliceContext) -> dict[str, str]:
         assert ctx.mps_pipe_dir is not None
-        # Device indexes in the limit are relative to CUDA_VISIBLE_DEVICES.
-        limits = ",".join(f"{i}={ctx.memory_mib}M" for i in range(len(ctx.devices)))
+        # Keyed by UUID: an ordinal would be read relative to CUDA_VISIBLE_DEVICES by the
+        # client, and name another GPU for anyone else. The agent sets the same limits on the
+        # user's MPS server, so a job exporting larger values gets nothing more.
+        limits = ",".join(f"{d.uuid}={ctx.memory_mib}M" for d in ctx.devices)
         env = {
             "CUDA_MPS_PIPE_DIRECTORY": ctx.mps_pipe_dir,
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(mps_thread_percentage(ctx.milli)),
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits,
+            **framework_caps(ctx, hard=True),
         }
         if ctx.mps_log_dir is not None:
             env["CUDA_MPS_LOG_DIRECTORY"] = ctx.mps_log_dir
@@ -137,6 +145,29 @@ def memory_fraction(ctx: SliceContext) -> float:
     return max(0.001, min(1.0, math.floor(ctx.memory_mib / smallest * 1000) / 1000))
 
 
+def framework_caps(ctx: SliceContext, *, hard: bool) -> dict[str, str]:
+    """What makes frameworks that size memory from the physical total start inside a slice.
+
+    PyTorch gets a memory fraction through the start hook, JAX ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+    (it preallocates that fraction of the whole GPU); vLLM's ``--gpu-memory-utilization`` takes
+    ``GPUPOOL_MEMORY_FRACTION``. Under a hard limit (MPS) the CUDA context must fit in the
+    slice too, so the fraction leaves the context reserve out; under soft isolation the
+    watchdog allows the reserve on top instead.
+    """
+    memory = ctx.memory_mib - ctx.reserve_mib if hard else ctx.memory_mib
+    if hard and memory < ctx.memory_mib // 2:
+        memory = ctx.memory_mib // 2  # a tiny slice: the context cannot be left out entirely
+    fraction = f"{memory_fraction(dataclasses.replace(ctx, memory_mib=memory)):.3f}"
+    env = {
+        "GPUPOOL_MEMORY_FRACTION": fraction,
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }
+    if ctx.soft_hook_dir is not None:
+        env["PYTHONPATH"] = ctx.soft_hook_dir  # prepended to the job's own PYTHONPATH
+    return env
+
+
 class Soft:
     name = "soft"
 
@@ -144,18 +175,19 @@ class Soft:
         return None
 
     def job_env(self, ctx: SliceContext) -> dict[str, str]:
-        fraction = f"{memory_fraction(ctx):.3f}"
-        env = {
-            "GPUPOOL_MEMORY_FRACTION": fraction,
-            "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
-            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-        }
-        if ctx.soft_hook_dir is not None:
-            env["PYTHONPATH"] = ctx.soft_hook_dir  # prepended to the job's own PYTHONPATH
-        return env
+        return framework_caps(ctx, hard=False)
 
 
-MODES: dict[str, IsolationMode] = {m.name: m for m in (Mig(), Exclusive(), Mps(), Soft())}
+#: Every mode by name. A new mode is one more entry at the end.
+MODES: dict[str, IsolationMode] = {
+    m.name: m
+    for m in (
+        Mig(),
+        Exclusive(),
+        Mps(),
+        Soft(),
+    )
+}
 #: The order ``auto`` tries, strongest guarantee first.
 AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "soft")
 

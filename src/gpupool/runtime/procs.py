@@ -60,3 +60,52 @@ def rss_mib(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid``, or ``None`` when it is gone or unreadable."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None else None
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` in the process tree (children, their children...)."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        ppid = parent_of(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def marked(name: str, value: str) -> list[int]:
+    """Processes whose environment has ``name=value``.
+
+    A job's processes inherit the agent's marker variable (``GPUPOOL_REPLICA_DIR``), also the
+    ones that left its session with ``setsid()`` and were re-parented to init, where neither
+    the process group nor the tree finds them. Unreadable environments (another user's process
+    while the agent is not root) are skipped.
+    """
+    needle = f"{name}={value}".encode()
+    found = []
+    for pid in _pids():
+        try:
+            environ = (_PROC / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(pid)
+    return found

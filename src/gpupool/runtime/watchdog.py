@@ -3,14 +3,17 @@
 Both read GPU memory per job (the agent sums NVML's per-process memory over a job's processes)
 and say what to do; the agent does it. Times are seconds from the agent's clock.
 
-**Watchdog** (soft isolation): a job using more than its memory slice on a device (plus
-``tolerance_mib``) is first *signalled* (its checkpoint signal, so it can save and shrink); if it
-is still over ``grace_s`` seconds after it first went over, it is *stopped* (reason ``memory``,
-the job ends OUT_OF_MEMORY). Going back under resets it.
+**Watchdog** (soft isolation): a job using more than its memory slice on a device, plus the
+CUDA context reserve of that GPU model (``reserve_mib``, see :mod:`gpupool.gpu.context`: NVML
+counts the context, the framework caps do not) and ``tolerance_mib``, is first *signalled*
+(its checkpoint signal, so it can save and shrink); if it is still over ``grace_s`` seconds
+after it first went over, it is *stopped* (reason ``memory``, the job ends OUT_OF_MEMORY).
+Going back under resets it.
 
 **Pressure** (overcommitted pools): when a device's used memory reaches ``threshold`` of its
-physical memory, the lowest-priority preemptible replica on it is stopped (reason
-``pressure``, requeued by the server), one at a time per device: while a pressure victim is
+usable memory (physical less what the driver reserves), the lowest-priority preemptible
+replica on it is stopped (reason ``pressure``, requeued by the server), one at a time per
+device: while a pressure victim is
 stopping on a device, no second one is chosen there.
 """
 
@@ -33,7 +36,8 @@ class WatchedReplica:
     """A running replica as the watchdog and the pressure rule see it.
 
     ``memory_limit_mib`` is its slice per device; ``usage_mib`` its measured memory per device
-    UUID (devices with no reading are absent). ``stopping`` is True once a stop was ordered.
+    UUID (devices with no reading are absent); ``reserve_mib`` the CUDA context reserve its
+    processes may hold beyond the slice. ``stopping`` is True once a stop was ordered.
     """
 
     key: str
@@ -44,6 +48,7 @@ class WatchedReplica:
     preemptible: bool = False
     watched: bool = True  # soft isolation: the watchdog applies
     stopping: bool = False
+    reserve_mib: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class MemoryWatchdog:
             over = {
                 uuid: used
                 for uuid, used in r.usage_mib.items()
-                if used > r.memory_limit_mib + self.tolerance_mib
+                if used > r.memory_limit_mib + r.reserve_mib + self.tolerance_mib
             }
             if not over:
                 self._over_since.pop(r.key, None)
@@ -79,7 +84,8 @@ class MemoryWatchdog:
             uuid, used = max(over.items(), key=lambda kv: kv[1])
             what = (
                 f"uses {format_memory(used)} of GPU memory on {uuid}, over its slice of "
-                f"{format_memory(r.memory_limit_mib)}"
+                f"{format_memory(r.memory_limit_mib)} and the CUDA context reserve of "
+                f"{format_memory(r.reserve_mib)}"
             )
             since = self._over_since.get(r.key)
             if since is None:

@@ -25,7 +25,7 @@ from itertools import chain
 
 import numpy as np
 
-from gpupool.domain.nodes import allowed_model
+from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.resources import ResourceRequest
 from gpupool.scheduling.layout import CapacityLayout, layout_for
 from gpupool.scheduling.placement.base import BoolArray, CapacityArrays, Choice, IntArray, Shape
@@ -126,14 +126,26 @@ class ClusterCapacity:
             self.pool_nodes[pool] = found
         return found
 
-    def models_mask(self, gpu_types: tuple[str, ...]) -> tuple[bool, ...] | None:
-        """``Shape.models`` for a request's allowed GPU types (``None`` = any)."""
-        if not gpu_types:
+    def models_mask(
+        self, gpu_types: tuple[str, ...], *, several: bool = False
+    ) -> tuple[bool, ...] | None:
+        """``Shape.models`` for a request's allowed GPU types (``None`` = any).
+
+        ``several``: the replica needs more than one device, so MIG instances are out (CUDA
+        gives a process one MIG instance, however many it is shown).
+        """
+        if several and not any(is_mig_model(m) for m in self.arrays.model_names):
+            several = False  # no MIG here: the same mask as for one device
+        if not gpu_types and not several:
             return None
-        found = self._models_cache.get(gpu_types, ())
+        key = (*gpu_types, "\0several") if several else gpu_types
+        found = self._models_cache.get(key, ())
         if found == ():
-            found = tuple(allowed_model(m, gpu_types) for m in self.arrays.model_names)
-            self._models_cache[gpu_types] = found
+            found = tuple(
+                allowed_model(m, gpu_types) and not (several and is_mig_model(m))
+                for m in self.arrays.model_names
+            )
+            self._models_cache[key] = found
         return found
 
     def shape_of(self, request: ResourceRequest) -> Shape:
@@ -144,7 +156,11 @@ class ClusterCapacity:
             memory_mib=request.gpu_memory_mib if request.device_count else None,
             cpu_milli=request.cpu_milli,
             host_memory_mib=request.host_memory_mib,
-            models=self.models_mask(request.gpu_types) if request.device_count else None,
+            models=(
+                self.models_mask(request.gpu_types, several=request.device_count > 1)
+                if request.device_count
+                else None
+            ),
         )
 
     def shape_for(self, request: ResourceRequest) -> Shape:

@@ -1,0 +1,280 @@
+"""The agent's rules that read GPU telemetry, apart from the protocol loop in ``agent.py``.
+
+:class:`GpuRules` is mixed into :class:`~gpupool.agent.agent.Agent`; it owns what the agent
+decides from each sample:
+
+- **memory** (:meth:`GpuRules._enforce_memory`): the soft-isolation watchdog (slice plus the
+  CUDA context reserve of the GPU model) and the memory-pressure rule, with per-process memory
+  mapped to replicas by session, or device totals where pids are from another PID namespace;
+- **release** (:meth:`GpuRules._release`): an ended replica's slices are reported free only
+  once NVML no longer lists its processes, or after ``release_wait_s``, when the devices they
+  still hold are reported unhealthy until NVML lets them go (:meth:`GpuRules._stuck_verdicts`);
+- **MPS** (:mod:`gpupool.agent.mpsplan`): which replicas may use it, the limits set on their
+  user's server, and the check that each MPS replica's processes really attached to one.
+
+Words: **listed** is what NVML lists per device this sample, ``{pid: replica key or ""}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpupool.agent import mpsplan
+from gpupool.agent.executor import Executor, Observed
+from gpupool.agent.jobdir import RUNNING, STARTING
+from gpupool.agent.usage import (
+    foreign_pids,
+    pids_on_devices,
+    usage_by_replica,
+    with_device_totals,
+)
+from gpupool.control.clock import Clock
+from gpupool.domain.nodes import DeviceHealth
+from gpupool.gpu.base import Telemetry
+from gpupool.gpu.health import HealthVerdict
+from gpupool.runtime.mps import MpsDaemon
+from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
+from gpupool.schemas.agent import AssignmentSpec
+
+if TYPE_CHECKING:
+    from gpupool.agent.agent import AgentConfig
+
+log = logging.getLogger("gpupool.agent")
+
+
+@dataclass
+class Replica:
+    """A replica this agent knows: its assignment and what the agent decided about it."""
+
+    assignment: AssignmentSpec
+    isolation: str | None
+    observed: Observed | None = None
+    local_reason: str | None = None  # why the agent itself stopped or signalled it
+    local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
+    checkpoint_dir: str | None = None
+    uid: int | None = None  # the Unix user its processes run as
+    mps_verified: bool = False  # an MPS replica's process was seen attached to a server
+    gpu_pids: set[int] = field(default_factory=set)  # its processes NVML has listed
+    held_since: float | None = None  # ended, but NVML still lists its processes
+    released: bool = False  # ended and its GPU memory is free (or the wait ran out)
+
+
+class GpuRules:
+    """See the module docstring. The agent provides the attributes declared here."""
+
+    config: AgentConfig
+    clock: Clock
+    executor: Executor
+    replicas: dict[str, Replica]
+    watchdog: MemoryWatchdog
+    mps: MpsDaemon | None
+    _stuck: dict[str, set[int]]  # device -> pids of ended jobs NVML still lists
+    _said_pid_namespace: bool
+    _reserve: dict[str, int]  # device -> CUDA context reserve (MiB)
+
+    def _save_assignment(self, key: str, replica: Replica) -> None:
+        raise NotImplementedError  # the agent's
+
+    def _enforce_memory(self, telemetry: Telemetry) -> None:
+        now = self.clock.now()
+        usage = usage_by_replica(
+            telemetry,
+            {
+                r.observed.pid: key
+                for key, r in self.replicas.items()
+                if r.observed is not None and r.observed.pid is not None
+            },
+        )
+        foreign = foreign_pids(telemetry)
+        if foreign and not self._said_pid_namespace:
+            self._said_pid_namespace = True
+            log.warning(
+                "NVML lists GPU processes this agent cannot see (pids from another PID "
+                "namespace: run the agent with the host's, e.g. docker --pid=host); per-job GPU "
+                "memory falls back to device totals for a job alone on its GPU"
+            )
+        running = {
+            key: tuple(r.assignment.device_uuids)
+            for key, r in self.replicas.items()
+            if r.observed is not None and r.observed.status == RUNNING
+        }
+        usage = with_device_totals(usage, telemetry, foreign, running)
+        watched = []
+        for key, r in self.replicas.items():
+            if r.observed is None or r.observed.status != RUNNING:
+                continue
+            watched.append(
+                WatchedReplica(
+                    key=key,
+                    device_uuids=tuple(r.assignment.device_uuids),
+                    memory_limit_mib=r.assignment.memory_mib_per_device,
+                    usage_mib=usage.get(key, {}),
+                    priority=r.assignment.priority,
+                    preemptible=r.assignment.preemptible,
+                    watched=r.isolation == "soft",
+                    stopping=self.executor.is_stopping(key),
+                    reserve_mib=max(
+                        (self._reserve.get(u, 0) for u in r.assignment.device_uuids), default=0
+                    ),
+                )
+            )
+        for verdict in self.watchdog.check(now, watched):
+            replica = self.replicas[verdict.key]
+            if verdict.action is Action.SIGNAL:
+                # If the job ends on this signal, it ended because of its memory.
+                replica.local_reason = verdict.reason
+                replica.local_stop = "memory"
+                self._save_assignment(verdict.key, replica)
+                self.executor.signal(verdict.key, replica.assignment.checkpoint_signal)
+            else:
+                self._local_stop(verdict.key, "memory", verdict.reason, "SIGKILL", 0.0)
+        memory = {
+            s.uuid: (s.memory_used_mib, s.memory_usable_mib)
+            for s in telemetry.devices
+            if s.memory_used_mib is not None and not s.lost
+        }
+        pressured = frozenset(
+            k
+            for k, r in self.replicas.items()
+            if r.local_reason
+            and "pressure" in r.local_reason
+            and r.observed is not None
+            and r.observed.status == RUNNING
+        )
+        for verdict in pressure_victims(memory, watched, self.config.pressure_threshold, pressured):
+            a = self.replicas[verdict.key].assignment
+            self._local_stop(
+                verdict.key, "pressure", verdict.reason, a.checkpoint_signal, a.grace_period_s
+            )
+
+    def _local_stop(self, key: str, reason: str, text: str, signal: str, grace: float) -> None:
+        replica = self.replicas[key]
+        if self.executor.is_stopping(key):
+            return
+        replica.local_reason = text
+        replica.local_stop = reason
+        self._save_assignment(key, replica)
+        self.executor.stop(key, reason=reason, signal_name=signal, grace_s=grace)
+
+    def _track_gpu_processes(self, telemetry: Telemetry) -> dict[str, dict[int, str]]:
+        """Note each running replica's GPU processes; returns what NVML lists per device.
+
+        The result maps a device UUID to ``{pid: replica key or ""}``.
+        """
+        leaders = {
+            r.observed.pid: key
+            for key, r in self.replicas.items()
+            if r.observed is not None and r.observed.pid is not None
+        }
+        listed: dict[str, dict[int, str]] = {}
+        for pid, key, uuid in pids_on_devices(telemetry, leaders):
+            listed.setdefault(uuid, {})[pid] = key
+            if key:
+                self.replicas[key].gpu_pids.add(pid)
+        return listed
+
+    def _release(self, key: str, r: Replica, listed: dict[str, dict[int, str]]) -> bool:
+        """True while an ended replica's slices must stay held (NVML lists its processes)."""
+        if r.released or not r.assignment.device_uuids:
+            return False
+        seen = r.observed
+        pids = set(r.gpu_pids) | ({seen.pid} if seen is not None and seen.pid else set())
+        lingering = {
+            uuid: sorted(pids & set(listed.get(uuid, {})))
+            for uuid in r.assignment.device_uuids
+            if pids & set(listed.get(uuid, {}))
+        }
+        if not lingering:
+            r.released = True
+            return False
+        now = self.clock.monotonic()
+        if r.held_since is None:
+            r.held_since = now
+            log.info("%s ended; waiting for NVML to release its GPU memory", key)
+        r.gpu_pids.update(self.executor.kill_leftovers(key))
+        if now - r.held_since < self.config.release_wait_s:
+            return True
+        r.released = True
+        for uuid, stuck in lingering.items():
+            self._stuck.setdefault(uuid, set()).update(stuck)
+            log.warning(
+                "%s: processes %s of ended job %s still hold GPU memory after %.0fs",
+                uuid,
+                stuck,
+                key,
+                self.config.release_wait_s,
+            )
+        return False
+
+    def _mps_tenants(self, uid: int | None = None) -> list[mpsplan.MpsTenant]:
+        """Live replicas under MPS (of ``uid`` only, when given)."""
+        return [
+            mpsplan.MpsTenant(
+                r.uid,
+                tuple(r.assignment.device_uuids),
+                r.assignment.milli_per_device,
+                r.assignment.memory_mib_per_device,
+            )
+            for r in self.replicas.values()
+            if r.isolation == "mps"
+            and r.uid is not None
+            and (uid is None or r.uid == uid)
+            and (r.observed is None or r.observed.status in (STARTING, RUNNING))
+        ]
+
+    def _limit_mps_server(self, replica: Replica) -> str | None:
+        """Set the limits of the MPS server ``replica`` will attach to; what failed, if any."""
+        assert self.mps is not None
+        assert replica.uid is not None
+        a = replica.assignment
+        new = mpsplan.MpsTenant(
+            replica.uid, tuple(a.device_uuids), a.milli_per_device, a.memory_mib_per_device
+        )
+        percentage, memory = mpsplan.server_limits([*self._mps_tenants(replica.uid), new], new.uid)
+        return self.mps.limit(new.uid, percentage, memory)
+
+    def _check_mps_attached(self, listed: dict[str, dict[int, str]]) -> None:
+        """An MPS replica whose GPU processes are no server's clients runs without MPS."""
+        if self.mps is None:
+            return
+        clients: set[int] | None = None
+        for key, r in self.replicas.items():
+            if r.isolation != "mps" or r.mps_verified:
+                continue
+            mine = {pid for per in listed.values() for pid, owner in per.items() if owner == key}
+            if not mine:
+                continue  # CUDA not started yet
+            if clients is None:
+                clients = self.mps.clients()
+            if mine & clients:
+                r.mps_verified = True
+                continue
+            r.isolation = "soft"  # what still holds: the framework caps and the watchdog
+            r.local_reason = (
+                f"running without MPS: its GPU processes {sorted(mine)} are no MPS server's "
+                "clients (the daemon restarted, or its pipe was unreachable), so no MPS limit "
+                "holds; watched as soft isolation"
+            )
+            self._save_assignment(key, r)
+            log.warning("%s: %s", key, r.local_reason)
+
+    def _stuck_verdicts(
+        self, verdicts: dict[str, HealthVerdict], listed: dict[str, dict[int, str]]
+    ) -> dict[str, HealthVerdict]:
+        """Devices held by processes of ended jobs are unhealthy until NVML lets them go."""
+        for uuid in list(self._stuck):
+            self._stuck[uuid] &= set(listed.get(uuid, {}))
+            if not self._stuck[uuid]:
+                del self._stuck[uuid]
+                continue
+            pids = ", ".join(str(p) for p in sorted(self._stuck[uuid]))
+            verdicts[uuid] = HealthVerdict(
+                uuid,
+                DeviceHealth.UNHEALTHY,
+                f"processes {pids} of an ended job still hold its memory (NVML lists them "
+                f"{self.config.release_wait_s:.0f}s after the job ended): no new work until "
+                "they are gone",
+            )
+        return verdicts
