@@ -17,8 +17,11 @@ _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t does not fit the 
 
 uint32_t gp_region_abi_size(void) { return (uint32_t)sizeof(struct gp_region); }
 
-uint64_t gp_proc_start_ticks(pid_t pid) {
+/* A process's start time (clock ticks since boot) and state letter, from /proc/PID/stat; 0 when
+ * it cannot be read. */
+static uint64_t proc_stat(pid_t pid, char *state) {
     char path[64], buf[1024];
+    *state = '?';
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
@@ -28,11 +31,17 @@ uint64_t gp_proc_start_ticks(pid_t pid) {
     buf[n] = 0;
     /* The command name may hold spaces and parentheses: count fields after the last ')'. */
     char *p = strrchr(buf, ')');
-    if (!p) return 0;
+    if (!p || p[1] != ' ') return 0;
+    *state = p[2];
     int field = 2;
     for (p++; *p && field < 22; p++)
         if (*p == ' ') field++;
     return strtoull(p, NULL, 10);
+}
+
+uint64_t gp_proc_start_ticks(pid_t pid) {
+    char state;
+    return proc_stat(pid, &state);
 }
 
 int gp_region_create(const char *path, const char *label, uint32_t ndev, const uint8_t *uuids,
@@ -148,7 +157,9 @@ int gp_slot_alive(struct gp_slot *s) {
     int32_t pid = atomic_load(&s->pid);
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-    uint64_t st = gp_proc_start_ticks(pid);
+    char state;
+    uint64_t st = proc_stat(pid, &state);
+    if (state == 'Z' || state == 'X') return 0; /* dead, not yet waited for by its parent */
     /* 0: /proc unreadable (another user's process): trust kill(). */
     return st == 0 || st == atomic_load(&s->start_ticks);
 }
