@@ -1,6 +1,8 @@
 /* A fake CUDA driver (libcuda.so.1) for the shim's tests: host memory stands in for device
- * memory, and each process has one "GPU" thread that runs launches in order, busy-waiting for
- * each kernel's duration and appending a record of it to FAKE_CUDA_LOG.
+ * memory, and each process has one "GPU" thread that runs launches in order on an exact device
+ * timeline (a kernel starts when it was queued or when the one before it ended, whichever is
+ * later, and lasts its duration), waits out each kernel (a busy-wait with FAKE_CUDA_SPIN=1, else
+ * a sleep to its end, kinder to a shared machine) and appends a record of it to FAKE_CUDA_LOG.
  *
  * Environment: FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_MEM (physical bytes per device
  * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records).
@@ -110,6 +112,7 @@ struct op {
     int dev;
     uint64_t dur;
     CUevent ev;
+    uint64_t submit; /* when the host queued it */
 };
 #define QCAP 4096
 static struct op g_q[QCAP];
@@ -118,6 +121,9 @@ static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_qcond = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;
 static int g_logfd = -2;
+/* The device timeline: when the last queued op ends. An op starts at max(its submission, the
+ * previous op's end), so a GPU thread that the host's scheduler delays leaves no false gaps. */
+static uint64_t g_timeline;
 
 static void log_kernel(int dev, uint64_t s, uint64_t e) {
     if (g_logfd == -2) {
@@ -140,15 +146,23 @@ static void *worker(void *arg) {
         g_qn--;
         g_busy = 1;
         pthread_mutex_unlock(&g_qlock);
+        uint64_t start = o.submit > g_timeline ? o.submit : g_timeline;
         if (o.kind == OP_KERNEL) {
-            uint64_t s = now_ns(), end = s + o.dur;
-            while (now_ns() < end) {
+            uint64_t end = start + o.dur;
+            if (getenv("FAKE_CUDA_SPIN")) {
+                while (now_ns() < end) {
+                }
+            } else {
+                struct timespec ts = {(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) {
+                }
             }
-            log_kernel(o.dev, s, now_ns());
+            g_timeline = end;
+            log_kernel(o.dev, start, end);
         }
         pthread_mutex_lock(&g_qlock);
         if (o.kind == OP_EVENT) {
-            o.ev->t = now_ns();
+            o.ev->t = start;
             o.ev->done = 1;
         }
         g_busy = 0;
@@ -162,6 +176,7 @@ static void atfork_child(void) {
     pthread_cond_init(&g_qcond, NULL);
     pthread_cond_init(&g_done, NULL);
     g_qh = g_qn = g_busy = g_worker_started = 0;
+    g_timeline = 0;
     g_logfd = -2;
 }
 
@@ -177,6 +192,7 @@ static void enqueue(struct op o) {
         g_worker_started = 1;
     }
     while (g_qn == QCAP) pthread_cond_wait(&g_done, &g_qlock);
+    o.submit = now_ns();
     g_q[(g_qh + g_qn) % QCAP] = o;
     g_qn++;
     pthread_cond_signal(&g_qcond);
@@ -186,7 +202,7 @@ static void enqueue(struct op o) {
 static CUresult launch(void **params, uint64_t dur_from_graph, int graph) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t dur = graph ? dur_from_graph : (params && params[0] ? *(uint64_t *)params[0] : 0);
-    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL});
+    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0});
     return CUDA_SUCCESS;
 }
 
@@ -411,14 +427,15 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
     (void)s;
     pthread_mutex_lock(&g_qlock);
     if (g_qn == 0 && !g_busy) {
-        e->t = now_ns();
+        uint64_t n = now_ns();
+        e->t = n > g_timeline ? n : g_timeline;
         e->done = 1;
         pthread_mutex_unlock(&g_qlock);
         return CUDA_SUCCESS;
     }
     e->done = 0;
     pthread_mutex_unlock(&g_qlock);
-    enqueue((struct op){OP_EVENT, 0, 0, e});
+    enqueue((struct op){OP_EVENT, 0, 0, e, 0});
     return CUDA_SUCCESS;
 }
 API CUresult cuEventQuery(CUevent e) {

@@ -907,8 +907,12 @@ GP_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
  * launches in flight, then launches and records an event behind it. The bucket fills at the
  * share's rate (plus the lent spare, where the region allows lending), up to GP_BURST_NS. */
 
-#define GP_INFLIGHT 4   /* launches of one stream in flight before the oldest is waited on */
-#define GP_RING (2 * GP_INFLIGHT + 4)
+/* Work in flight on one stream is bounded by time: about GP_INFLIGHT_NS of launches (from the
+ * average measured span), at least GP_INFLIGHT_MIN and at most GP_INFLIGHT_MAX launches. */
+#define GP_INFLIGHT_NS 8000000ll
+#define GP_INFLIGHT_MIN 2
+#define GP_INFLIGHT_MAX 120
+#define GP_RING (2 * GP_INFLIGHT_MAX + 8)
 #define GP_TRACKS 4
 #define GP_BURST_NS 20000000ll  /* 20 ms */
 #define GP_MAX_SLEEP_NS 5000000ll
@@ -924,6 +928,7 @@ struct gp_track {
     CUevent prev; /* the last settled event: the start of the next measured span */
     CUevent spare[GP_RING + 2];
     int nspare;
+    int64_t avg_ns; /* moving average of a measured span (one launch), 0 until one is seen */
 };
 static __thread struct gp_track g_tracks[GP_TRACKS];
 static __thread int g_track_next;
@@ -977,6 +982,7 @@ static void settle_spans(struct gp_track *t, int wait_first) {
             float ms = 0;
             if (R.cuEventElapsedTime(&ms, t->prev, e) == CUDA_SUCCESS && ms > 0) {
                 int64_t ns = (int64_t)((double)ms * 1e6);
+                t->avg_ns = t->avg_ns ? (7 * t->avg_ns + ns) / 8 : ns;
                 atomic_fetch_sub(&d->tokens_ns, ns);
                 if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].busy_ns[t->di], (uint64_t)ns);
             }
@@ -1037,7 +1043,10 @@ static struct gp_track *pace_before(CUstream s, int per_thread) {
     if (per_thread && (s == NULL)) s = CU_STREAM_PER_THREAD;
     struct gp_track *t = track_for(ctx, s, di);
     settle_spans(t, 0);
-    while (track_pending_ends(t) >= GP_INFLIGHT) settle_spans(t, 1);
+    int64_t cap = t->avg_ns > 0 ? GP_INFLIGHT_NS / t->avg_ns : GP_INFLIGHT_MIN;
+    if (cap < GP_INFLIGHT_MIN) cap = GP_INFLIGHT_MIN;
+    if (cap > GP_INFLIGHT_MAX) cap = GP_INFLIGHT_MAX;
+    while (track_pending_ends(t) >= cap) settle_spans(t, 1);
     bucket_refill(d, eff);
     for (;;) {
         int64_t tok = atomic_load(&d->tokens_ns);
