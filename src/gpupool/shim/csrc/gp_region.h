@@ -60,7 +60,7 @@ struct gp_region {
     uint32_t ndev;
     uint32_t nslots;
     _Atomic uint32_t flags;
-    uint32_t pad0;
+    _Atomic uint32_t slot_hwm;   /* 1 + the highest slot index ever claimed: scans stop there */
     _Atomic uint64_t generation; /* bumped on every change of limits */
     char label[GP_LABEL_LEN];   /* the slice's name, for messages ("job 42 replica 0") */
     union {

@@ -204,6 +204,7 @@ int gp_region_claim(struct gp_region *r, pid_t pid) {
                 slot_clear(&r->slot[i]);
                 atomic_store(&r->slot[i].start_ticks, gp_proc_start_ticks(pid));
                 atomic_store(&r->slot[i].pid, (int32_t)pid);
+                if (atomic_load(&r->slot_hwm) < i + 1) atomic_store(&r->slot_hwm, i + 1);
                 found = (int)i;
                 break;
             }
@@ -222,7 +223,8 @@ void gp_region_release(struct gp_region *r, int slot) {
 
 uint64_t gp_region_used_locked(struct gp_region *r, uint32_t dev) {
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < GP_MAX_SLOTS; i++)
+    uint32_t n = atomic_load(&r->slot_hwm);
+    for (uint32_t i = 0; i < n && i < GP_MAX_SLOTS; i++)
         if (atomic_load(&r->slot[i].pid) != 0) sum += atomic_load(&r->slot[i].used[dev]);
     return sum;
 }

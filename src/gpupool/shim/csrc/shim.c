@@ -125,6 +125,7 @@ static struct gp_region *g_region; /* NULL: no slice, pass through */
 static int g_region_error;        /* GPUPOOL_CUDA_REGION named a region that cannot be used */
 static int g_slot = -1;
 static pid_t g_slot_pid;
+static pid_t g_pid; /* this process's pid, renewed after fork (getpid() is a system call) */
 static atomic_int g_ready;
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -202,8 +203,8 @@ static struct gp_entry *table_take(uint64_t key, int kind) {
 /* ---------------------------------------------------------------- slots and devices */
 
 static void ensure_slot(void) {
-    if (!g_region || (g_slot >= 0 && g_slot_pid == getpid())) return;
-    pid_t me = getpid();
+    if (!g_region || (g_slot >= 0 && g_slot_pid == g_pid)) return;
+    pid_t me = g_pid;
     /* After exec the image's previous slot (same pid and start time) is this process's own. */
     uint64_t st = gp_proc_start_ticks(me);
     for (int i = 0; i < GP_MAX_SLOTS; i++) {
@@ -288,7 +289,7 @@ static CUresult charge(int di, uint64_t bytes, int spilled) {
 }
 
 static void uncharge(int di, uint64_t bytes, int spilled) {
-    if (!g_region || di < 0 || g_slot < 0 || g_slot_pid != getpid()) return;
+    if (!g_region || di < 0 || g_slot < 0 || g_slot_pid != g_pid) return;
     struct gp_slot *s = &g_region->slot[g_slot];
     atomic_fetch_sub(&s->used[di], bytes);
     if (spilled) atomic_fetch_sub(&s->spilled[di], bytes);
@@ -366,6 +367,7 @@ static void atfork_child(void) {
     }
     for (int i = 0; i < GP_MAX_DEVICES; i++) atomic_store(&g_ctx_charged[i], 0);
     g_slot = -1;
+    g_pid = getpid();
     track_reset_thread();
 }
 
@@ -385,6 +387,7 @@ static void gp_init(void) {
         pthread_mutex_unlock(&g_init_lock);
         return;
     }
+    g_pid = getpid();
     if (!g_dlsym) resolve_dlsym();
     open_real_driver();
 #ifdef GP_FACADE
@@ -425,7 +428,7 @@ static void gp_init(void) {
 #define INIT()                                                          \
     do {                                                                \
         if (!atomic_load_explicit(&g_ready, memory_order_acquire)) gp_init(); \
-        if (g_region && g_slot_pid != getpid()) ensure_slot();          \
+        if (g_region && g_slot_pid != g_pid) ensure_slot();             \
     } while (0)
 
 #define NEED(n)                                                         \
@@ -441,7 +444,7 @@ __attribute__((constructor)) static void gp_ctor(void) {
 }
 
 __attribute__((destructor)) static void gp_dtor(void) {
-    if (g_region && g_slot >= 0 && g_slot_pid == getpid()) {
+    if (g_region && g_slot >= 0 && g_slot_pid == getpid()) { /* at exit: ask the kernel */
         gp_region_release(g_region, g_slot);
         g_slot = -1;
     }
@@ -909,13 +912,13 @@ GP_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
 
 /* Work in flight on one stream is bounded by time: about GP_INFLIGHT_NS of launches (from the
  * average measured span), at least GP_INFLIGHT_MIN and at most GP_INFLIGHT_MAX launches. */
-#define GP_INFLIGHT_NS 8000000ll
+#define GP_INFLIGHT_NS 16000000ll
 #define GP_INFLIGHT_MIN 2
 #define GP_INFLIGHT_MAX 120
 #define GP_RING (2 * GP_INFLIGHT_MAX + 8)
 #define GP_TRACKS 4
-#define GP_BURST_NS 20000000ll  /* 20 ms */
-#define GP_MAX_SLEEP_NS 5000000ll
+#define GP_BURST_NS 30000000ll /* 30 ms */
+#define GP_MAX_SLEEP_NS 2000000ll
 
 struct gp_track {
     CUcontext ctx;
@@ -957,6 +960,7 @@ static void bucket_refill(struct gp_device *d, uint32_t eff) {
     uint64_t now = mono_ns();
     uint64_t last = atomic_load(&d->refill_ns);
     if (now <= last || !atomic_compare_exchange_strong(&d->refill_ns, &last, now)) return;
+    if (last == 0) return; /* the first launch starts the clock: no burst up front */
     uint64_t dt = now - last;
     if (dt > (uint64_t)GP_BURST_NS * 1000) dt = (uint64_t)GP_BURST_NS * 1000;
     int64_t add = (int64_t)(dt * eff / 1000);
