@@ -26,6 +26,7 @@ from typing import Protocol
 
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.runtime.shim import ShimIsolation
 
 
 class IsolationUnavailable(GpupoolError):
@@ -155,7 +156,9 @@ class Soft:
         return env
 
 
-MODES: dict[str, IsolationMode] = {m.name: m for m in (Mig(), Exclusive(), Mps(), Soft())}
+MODES: dict[str, IsolationMode] = {
+    m.name: m for m in (Mig(), Exclusive(), Mps(), Soft(), ShimIsolation())
+}
 #: The order ``auto`` tries, strongest guarantee first.
 AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "soft")
 

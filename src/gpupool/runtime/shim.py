@@ -22,12 +22,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+from uuid import uuid4
 
 from gpupool.domain.errors import GpupoolError
-from gpupool.shim.build import ShimBuild, ensure_built
+from gpupool.shim.build import DRIVER_PATHS, ShimBuild, ShimBuildError, ensure_built
+
+if TYPE_CHECKING:  # isolation.py imports this module for its registry
+    from gpupool.runtime.isolation import SliceContext
 
 MAX_DEVICES = 16
 MAX_SLOTS = 128
@@ -35,6 +42,7 @@ LABEL_LEN = 64
 DEV_SPILL = 0x1
 REGION_LEND_IDLE = 0x1
 NO_CAP_PERMILLE = 1000
+MIB = 1 << 20
 
 
 class RegionError(GpupoolError):
@@ -57,9 +65,9 @@ class _Usage(ctypes.Structure):
     ]
 
 
-def uuid_bytes(uuid: str) -> bytes:
+def uuid_bytes(text: str) -> bytes:
     """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (or ``MIG-...``) as the driver's 16 bytes."""
-    body = uuid.split("-", 1)[1] if uuid[:4] in ("GPU-", "MIG-") else uuid
+    body = text.split("-", 1)[1] if text[:4] in ("GPU-", "MIG-") else text
     hexdigits = body.replace("-", "")
     try:
         raw = bytes.fromhex(hexdigits)
@@ -67,7 +75,7 @@ def uuid_bytes(uuid: str) -> bytes:
         raw = b""
     if len(raw) != 16:
         raise RegionError(
-            f"{uuid!r} is not a GPU UUID: use the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
+            f"{text!r} is not a GPU UUID: use the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
             "(as `nvidia-smi -L` prints it)"
         )
     return raw
@@ -314,3 +322,84 @@ def job_env(
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(b.facade_dir), old) if p)
     return env
+
+
+def real_driver() -> Path | None:
+    """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
+    paths, else what ``ldconfig -p`` lists (never a gpupool façade)."""
+    explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_file() else None
+    for p in DRIVER_PATHS:
+        if Path(p).is_file():
+            return Path(p).resolve()
+    try:
+        out = subprocess.run(
+            ["ldconfig", "-p"], capture_output=True, text=True, check=False, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.startswith("libcuda.so.1") and "gpupool" not in path and Path(path).is_file():
+            return Path(path).resolve()
+    return None
+
+
+def regions_dir() -> Path:
+    """Where :class:`ShimIsolation` creates regions: ``$GPUPOOL_SHIM_REGIONS``, else
+    ``/dev/shm/gpupool-regions`` (memory-backed), else the temporary folder."""
+    explicit = os.environ.get("GPUPOOL_SHIM_REGIONS")
+    if explicit:
+        return Path(explicit)
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() else Path(tempfile.gettempdir())
+    return base / f"gpupool-regions-{os.getuid()}"
+
+
+class ShimIsolation:
+    """Isolation mode ``shim``: gpupool's CUDA driver shim holds each process of the replica to
+    the slice (memory limit per device, SM share as a launch-pacing cap), for any CUDA program.
+
+    It needs the shim built (a C compiler on the node, once) and a real driver; it refuses MIG
+    instances (the hardware isolates them already). :meth:`job_env` creates the replica's region
+    before launch and names it, the façade and the real driver in the job's environment; the
+    region's path is ``GPUPOOL_CUDA_REGION`` in that environment.
+    """
+
+    name = "shim"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        if any(d.is_mig for d in ctx.devices):
+            return "the CUDA shim does not run on MIG instances (MIG isolates them already)"
+        if real_driver() is None:
+            return (
+                "no CUDA driver (libcuda.so.1) found on this node: install the NVIDIA driver or "
+                "set GPUPOOL_REAL_LIBCUDA to its path"
+            )
+        try:
+            ensure_built()
+        except ShimBuildError as exc:
+            return str(exc)
+        return None
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        driver = real_driver()
+        if driver is None:  # supports() said so first; the node changed since
+            raise RegionError("the CUDA driver is gone from this node")
+        folder = regions_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = folder / f"{uuid4().hex}.region"
+        slices = [
+            DeviceSlice(
+                uuid=d.uuid,
+                mem_limit_bytes=ctx.memory_mib * MIB,
+                sm_share_permille=min(NO_CAP_PERMILLE, max(1, ctx.milli)),
+            )
+            for d in ctx.devices
+        ]
+        label = f"{ctx.milli}m of {len(ctx.devices)} GPU(s), {ctx.memory_mib} MiB each"
+        Region.create(path, label, slices).close()
+        return job_env(
+            path, driver, base={"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")}
+        )
