@@ -202,8 +202,19 @@ static struct gp_entry *table_take(uint64_t key, int kind) {
 
 /* ---------------------------------------------------------------- slots and devices */
 
+static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ensure_slot_locked(void);
+/* Claims this process's slot once (threads racing after a fork get the same one). */
 static void ensure_slot(void) {
     if (!g_region || (g_slot >= 0 && g_slot_pid == g_pid)) return;
+    pthread_mutex_lock(&g_slot_lock);
+    ensure_slot_locked();
+    pthread_mutex_unlock(&g_slot_lock);
+}
+
+static void ensure_slot_locked(void) {
+    if (g_slot >= 0 && g_slot_pid == g_pid) return;
     pid_t me = g_pid;
     /* After exec the image's previous slot (same pid and start time) is this process's own. */
     uint64_t st = gp_proc_start_ticks(me);
@@ -355,6 +366,7 @@ static void atfork_parent(void) { pthread_mutex_unlock(&g_table_lock); }
 static void track_reset_thread(void);
 static void atfork_child(void) {
     pthread_mutex_init(&g_table_lock, NULL);
+    pthread_mutex_init(&g_slot_lock, NULL);
     /* The parent's allocations are the parent's: the child starts with none and its own slot. */
     for (int b = 0; b < GP_BUCKETS; b++) {
         struct gp_entry *e = g_table[b];
