@@ -54,8 +54,10 @@ static struct {
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
  * version that maps that name to this variant, the stream flavour (1: per-thread default
- * stream), and whether the name rule may pick it (0: only an exact pointer match, for variants
- * whose signature differs from the other versions of the name). */
+ * stream), and whether the name rule may pick it (0: only an exact pointer match). The
+ * cuCtxCreate variants differ in signature and the version that maps the name to each is the
+ * driver's to say, so they are never guessed: a wrong guess would call with the wrong
+ * arguments, a missed one only skips the context reserve. */
 #define GP_HOOKS(X)                                                  \
     X(cuInit, "cuInit", 2000, 0, 1)                                  \
     X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, 1)             \
@@ -75,7 +77,7 @@ static struct {
     X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0, 1)                 \
     X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0, 1)             \
     X(cuArrayDestroy, "cuArrayDestroy", 2000, 0, 1)                  \
-    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0, 1)                     \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0, 0)                     \
     X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0, 0)                    \
     X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0, 0)                    \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0, 1) \
