@@ -48,7 +48,8 @@ def shim_env(
     import os
 
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    env = job_env(region.path, natives.fake, build=natives.shim, preload=preload, base=base)
+    env = job_env(region.path, natives.fake, real_nvml=natives.fake_nvml, build=natives.shim,
+                  preload=preload, base=base)  # fmt: skip
     if preload:  # the program itself finds the fake as its libcuda.so.1
         env["LD_LIBRARY_PATH"] = str(natives.fake.parent)
     env.update(extra)

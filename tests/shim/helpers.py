@@ -43,6 +43,7 @@ class Natives:
 
     shim: ShimBuild
     fake: Path  # the fake libcuda.so.1
+    fake_nvml: Path  # the fake libnvidia-ml.so.1, beside it
     probe: Path
     direct: Path  # a program linked against libcuda.so.1 itself
 
@@ -53,6 +54,9 @@ def build_natives(out: Path, shim: ShimBuild) -> Natives:
     fake = fake_dir / "libcuda.so.1"
     cc([*CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden", str(HERE / "fake_cuda.c"), "-o",
         str(fake), "-Wl,-soname,libcuda.so.1", "-ldl", "-lpthread"], out)  # fmt: skip
+    fake_nvml = fake_dir / "libnvidia-ml.so.1"
+    cc([*CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden", str(HERE / "fake_nvml.c"), "-o",
+        str(fake_nvml), "-Wl,-soname,libnvidia-ml.so.1"], out)  # fmt: skip
     probe = out / "probe"
     cc([*CFLAGS, str(HERE / "probe.c"), "-o", str(probe), "-ldl", "-lpthread"], out)
     direct = out / "direct"
@@ -60,7 +64,7 @@ def build_natives(out: Path, shim: ShimBuild) -> Natives:
         [*CFLAGS, str(HERE / "direct.c"), "-o", str(direct), f"-L{fake_dir}", "-l:libcuda.so.1"],
         out,
     )
-    return Natives(shim=shim, fake=fake, probe=probe, direct=direct)
+    return Natives(shim=shim, fake=fake, fake_nvml=fake_nvml, probe=probe, direct=direct)
 
 
 class Probe:

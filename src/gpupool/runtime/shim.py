@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from gpupool.domain.errors import GpupoolError
-from gpupool.shim.build import DRIVER_PATHS, ShimBuild, ShimBuildError, ensure_built
+from gpupool.shim.build import DRIVER_PATHS, NVML_PATHS, ShimBuild, ShimBuildError, ensure_built
 
 if TYPE_CHECKING:  # isolation.py imports this module for its registry
     from gpupool.runtime.isolation import SliceContext
@@ -305,17 +305,20 @@ def job_env(
     region_path: Path,
     real_driver: Path,
     *,
+    real_nvml: Path | None = None,
     build: ShimBuild | None = None,
     preload: bool = False,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment a replica's processes need to run under the shim: the façade first on
     ``LD_LIBRARY_PATH`` (or, with ``preload``, the fallback in ``LD_PRELOAD``), the region and
-    the real driver's path."""
+    the real driver's path (and the real NVML's, for the NVML façade beside it)."""
     b = build or ensure_built()
     env = dict(base or {})
     env["GPUPOOL_CUDA_REGION"] = str(region_path)
     env["GPUPOOL_REAL_LIBCUDA"] = str(real_driver)
+    if real_nvml is not None:
+        env["GPUPOOL_REAL_LIBNVML"] = str(real_nvml)
     if preload:
         env["LD_PRELOAD"] = ":".join(p for p in (str(b.preload), env.get("LD_PRELOAD")) if p)
     else:
@@ -343,6 +346,21 @@ def real_driver() -> Path | None:
         name, _, path = line.strip().partition(" => ")
         if name.startswith("libcuda.so.1") and "gpupool" not in path and Path(path).is_file():
             return Path(path).resolve()
+    return None
+
+
+def real_nvml() -> Path | None:
+    """The real ``libnvidia-ml.so.1``: ``GPUPOOL_REAL_LIBNVML``, else beside the real driver,
+    else the usual system paths."""
+    explicit = os.environ.get("GPUPOOL_REAL_LIBNVML")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_file() else None
+    driver = real_driver()
+    candidates = [driver.parent / "libnvidia-ml.so.1"] if driver is not None else []
+    candidates += [Path(p) for p in NVML_PATHS]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
     return None
 
 
@@ -401,5 +419,8 @@ class ShimIsolation:
         label = f"{ctx.milli}m of {len(ctx.devices)} GPU(s), {ctx.memory_mib} MiB each"
         Region.create(path, label, slices).close()
         return job_env(
-            path, driver, base={"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")}
+            path,
+            driver,
+            real_nvml=real_nvml(),
+            base={"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")},
         )

@@ -12,6 +12,8 @@ Products, in the build folder:
 
 - ``facade/libcuda.so.1`` (and the ``libcuda.so`` link): the driver façade, put first on a
   job's ``LD_LIBRARY_PATH``; it dlopens the real driver named by ``GPUPOOL_REAL_LIBCUDA``.
+- ``facade/libnvidia-ml.so.1`` (and ``libnvidia-ml.so``): the NVML façade beside it (memory
+  info reports the slice), opening the real NVML named by ``GPUPOOL_REAL_LIBNVML``.
 - ``libgpupool_preload.so``: the ``LD_PRELOAD`` fallback.
 - ``libgpupool_region.so``: the region functions alone, for the agent (:mod:`gpupool.runtime.shim`).
 
@@ -37,7 +39,15 @@ from pathlib import Path
 from gpupool.domain.errors import GpupoolError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("gp_cuda.h", "gp_region.h", "region.c", "shim.c", "driver_symbols.txt")
+SOURCES = (
+    "gp_cuda.h",
+    "gp_region.h",
+    "region.c",
+    "shim.c",
+    "driver_symbols.txt",
+    "nvml.c",
+    "nvml_symbols.txt",
+)
 CFLAGS = (
     "-std=gnu11",
     "-O2",
@@ -56,6 +66,7 @@ DRIVER_PATHS = (
     "/usr/lib64/libcuda.so.1",
     "/usr/lib/libcuda.so.1",
 )
+NVML_PATHS = tuple(p.replace("libcuda.so.1", "libnvidia-ml.so.1") for p in DRIVER_PATHS)
 
 
 class ShimBuildError(GpupoolError):
@@ -74,6 +85,14 @@ class ShimBuild:
     @property
     def facade(self) -> Path:
         return self.facade_dir / "libcuda.so.1"
+
+    @property
+    def nvml_facade(self) -> Path:
+        return self.facade_dir / "libnvidia-ml.so.1"
+
+    def complete(self) -> bool:
+        files = (self.facade, self.nvml_facade, self.preload, self.region_lib)
+        return all(f.is_file() for f in files)
 
 
 def cache_root() -> Path:
@@ -128,15 +147,35 @@ def hooked_names(shim_c: str) -> set[str]:
     return names
 
 
-def forwarded_names(driver: Path | None) -> list[str]:
-    listed = [
+def nvml_hooked_names(nvml_c: str) -> set[str]:
+    """The NVML functions nvml.c defines itself."""
+    marker = "GP_API nvmlReturn_t "
+    return {
+        line[len(marker) :].split("(", 1)[0]
+        for line in nvml_c.splitlines()
+        if line.startswith(marker)
+    }
+
+
+def _listed(name: str) -> list[str]:
+    return [
         n.strip()
-        for n in (CSRC / "driver_symbols.txt").read_text().splitlines()
+        for n in (CSRC / name).read_text().splitlines()
         if n.strip() and not n.startswith("#")
     ]
+
+
+def forwarded_names(driver: Path | None) -> list[str]:
     found = elf_dynamic_names(driver) if driver is not None else []
     hooked = hooked_names((CSRC / "shim.c").read_text())
-    names = {n for n in [*listed, *found] if n.startswith("cu")}
+    names = {n for n in [*_listed("driver_symbols.txt"), *found] if n.startswith("cu")}
+    return sorted(names - hooked)
+
+
+def forwarded_nvml_names(nvml: Path | None) -> list[str]:
+    found = elf_dynamic_names(nvml) if nvml is not None else []
+    hooked = nvml_hooked_names((CSRC / "nvml.c").read_text())
+    names = {n for n in [*_listed("nvml_symbols.txt"), *found] if n.startswith("nvml")}
     return sorted(names - hooked)
 
 
@@ -180,9 +219,11 @@ def forward_source(names: Sequence[str], machine: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _find_driver() -> Path | None:
-    explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
-    candidates = [explicit] if explicit else list(DRIVER_PATHS)
+def _find_driver(
+    variable: str = "GPUPOOL_REAL_LIBCUDA", paths: Sequence[str] = DRIVER_PATHS
+) -> Path | None:
+    explicit = os.environ.get(variable)
+    candidates = [explicit] if explicit else list(paths)
     for c in candidates:
         if c and Path(c).is_file():
             return Path(c).resolve()
@@ -223,15 +264,16 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
     cc = compiler()
     machine = platform.machine()
     names = forwarded_names(_find_driver())
+    nvml_names = forwarded_nvml_names(_find_driver("GPUPOOL_REAL_LIBNVML", NVML_PATHS))
     top = cache or cache_root()
-    root = top / _key(cc, names, machine)
+    root = top / _key(cc, [*names, *nvml_names], machine)
     built = _products(root)
-    if built.facade.is_file() and built.preload.is_file() and built.region_lib.is_file():
+    if built.complete():
         return built
     top.mkdir(parents=True, exist_ok=True)
     with open(top / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if built.facade.is_file() and built.preload.is_file() and built.region_lib.is_file():
+        if built.complete():
             return built
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=top))
         try:
@@ -257,6 +299,24 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                 tmp,
             )
             (tmp / "facade" / "libcuda.so").symlink_to("libcuda.so.1")
+            (tmp / "nvml_forward.c").write_text(forward_source(nvml_names, machine))
+            _compile(
+                cc,
+                [
+                    *CFLAGS,
+                    inc,
+                    "-DGP_FACADE",
+                    str(CSRC / "nvml.c"),
+                    region,
+                    "nvml_forward.c",
+                    "-o",
+                    "facade/libnvidia-ml.so.1",
+                    "-Wl,-soname,libnvidia-ml.so.1",
+                    *LIBS,
+                ],
+                tmp,
+            )
+            (tmp / "facade" / "libnvidia-ml.so").symlink_to("libnvidia-ml.so.1")
             _compile(
                 cc,
                 [*CFLAGS, inc, "-DGP_PRELOAD", shim, region, "-o", "libgpupool_preload.so", *LIBS],
