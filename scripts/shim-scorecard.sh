@@ -220,7 +220,10 @@ for fw, mod in (("PyTorch", "torch"), ("JAX", "jax"), ("CuPy", "cupy")):
     def fw_row(fw: str = fw, mod: str = mod) -> None:
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         r = run([f"{mod}-fill"], region(mod, LIMIT, 1000))
-        sees = abs(r["total"] - LIMIT) <= 64 * MIB
+        if mod == "jax":  # XLA sizes its allocator to a fraction of what the driver reports
+            sees = LIMIT // 2 <= r["total"] <= LIMIT
+        else:
+            sees = abs(r["total"] - LIMIT) <= 64 * MIB
         stops = r["oom"] and r["reached"] <= LIMIT
         row(f"{fw} sees the slice and stops at it",
             f"total {r['total'] // MIB} MiB, reached {r['reached'] // MIB} MiB, OOM {r['oom']}",
