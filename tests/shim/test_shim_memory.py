@@ -61,11 +61,20 @@ def test_every_allocation_path_counts_to_the_byte(natives, make_region, probes):
     assert used() == 10240
     p.ok(f"free {ptr}")
     assert used() == 0
-    for cmd in ("managed", "async", "pool", "alloc"):
+    for cmd in ("managed", "alloc"):
         ptr = p.ok(f"{cmd} {LIMIT}")[0]
         assert used() == LIMIT, cmd
         assert p.err(f"{cmd} 1") == OOM
-        p.ok(f"{'freeasync' if cmd in ('async', 'pool') else 'free'} {ptr}")
+        p.ok(f"free {ptr}")
+        assert used() == 0, cmd
+    for cmd in ("async", "pool"):  # stream-ordered: what the pool holds counts (see below)
+        ptr = p.ok(f"{cmd} {LIMIT}")[0]
+        assert used() == LIMIT, cmd
+        assert p.err(f"{cmd} 1") == OOM
+        p.ok(f"freeasync {ptr}")
+        p.ok("sync")  # the pool gives the memory back at a synchronisation
+        big = p.ok(f"alloc {LIMIT}")[0]  # fits at once, though no pool call came since
+        p.ok(f"free {big}")
         assert used() == 0, cmd
     h = p.ok(f"vmm {LIMIT - 7} 0")[0]
     assert used() == LIMIT - 7
@@ -83,6 +92,32 @@ def test_every_allocation_path_counts_to_the_byte(natives, make_region, probes):
     assert used() == 7
     assert p.err(f"array {LIMIT // 4} 1") == OOM
     assert used() == 7
+
+
+def test_async_allocations_count_what_their_pool_holds(natives, make_region, probes):
+    region = make_region(limit=LIMIT)
+    p = start(natives, region, probes)
+
+    def used() -> int:
+        return region.read().device(fake_uuid(0)).used_bytes
+
+    # The fake's pools grow in 2 MiB steps and keep what is freed until a synchronisation.
+    a = p.ok("async 1000")[0]
+    assert used() == 2 * MIB
+    p.ok(f"freeasync {a}")
+    assert used() == 2 * MIB  # still held by the pool
+    b = p.ok(f"async {MIB}")[0]  # served from what the pool keeps: nothing new
+    assert used() == 2 * MIB
+    c = p.ok(f"pool {40 * MIB}")[0]
+    assert used() == 42 * MIB
+    p.ok(f"freeasync {c}")
+    assert used() == 42 * MIB
+    # The pool holds 42 MiB the job freed: the GPU really is that full, so the slice is too.
+    assert p.err(f"alloc {LIMIT - 41 * MIB}") == OOM
+    p.ok("sync")  # releases everything above what is in use (b: 1 MiB -> one 2 MiB step)
+    p.ok(f"alloc {LIMIT - 2 * MIB}")
+    assert used() == LIMIT
+    p.ok(f"freeasync {b}")
 
 
 def test_info_calls_report_the_slice(natives, make_region, probes):

@@ -41,9 +41,14 @@ struct CUevent_st {
 struct CUarray_st {
     size_t bytes;
 };
+/* A pool keeps what is freed from it (its reserve) until a synchronisation releases what is
+ * above its release threshold (0 here, as by default) or cuMemPoolTrimTo trims it; it grows in
+ * 2 MiB steps. */
 struct CUmemPoolHandle_st {
     int dev;
+    uint64_t reserved, used;
 };
+#define POOL_STEP (2ull << 20)
 
 static struct CUctx_st g_primary[MAXDEV];
 static struct CUmemPoolHandle_st g_pools[MAXDEV];
@@ -70,8 +75,9 @@ static int cur_dev(void) { return g_current ? g_current->dev : -1; }
 /* ------------------------------------------------------------- memory: header before the block */
 struct block {
     uint64_t bytes;
-    int dev; /* -1: managed (not physical) */
+    int dev; /* -1: managed or from a pool (not counted here) */
     int pad;
+    struct CUmemPoolHandle_st *pool;
 };
 
 static CUresult take(CUdeviceptr *p, size_t bytes, int dev) {
@@ -89,13 +95,39 @@ static CUresult take(CUdeviceptr *p, size_t bytes, int dev) {
     if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
     b->bytes = bytes;
     b->dev = dev;
+    b->pool = NULL;
     *p = (CUdeviceptr)(uintptr_t)(b + 1);
     return CUDA_SUCCESS;
 }
 
+static CUresult pool_take(CUdeviceptr *p, size_t bytes, struct CUmemPoolHandle_st *pool) {
+    pthread_mutex_lock(&g_mem_lock);
+    if (pool->reserved - pool->used < bytes) {
+        uint64_t grow = (bytes - (pool->reserved - pool->used) + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+        if (g_used[pool->dev] + grow > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[pool->dev] += grow;
+        pool->reserved += grow;
+    }
+    pool->used += bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    CUresult rc = take(p, bytes, -1);
+    if (rc == CUDA_SUCCESS) ((struct block *)(uintptr_t)*p - 1)->pool = pool;
+    return rc;
+}
+
+static void pools_release(void);
+
 static CUresult give(CUdeviceptr p) {
     if (!p) return CUDA_SUCCESS;
     struct block *b = (struct block *)(uintptr_t)p - 1;
+    if (b->pool) {
+        pthread_mutex_lock(&g_mem_lock);
+        b->pool->used -= b->bytes; /* the pool keeps it */
+        pthread_mutex_unlock(&g_mem_lock);
+    }
     if (b->dev >= 0) {
         pthread_mutex_lock(&g_mem_lock);
         g_used[b->dev] -= b->bytes;
@@ -216,6 +248,7 @@ static CUresult sync_all(void) {
     pthread_mutex_lock(&g_qlock);
     while (g_qn || g_busy) pthread_cond_wait(&g_done, &g_qlock);
     pthread_mutex_unlock(&g_qlock);
+    pools_release();
     return CUDA_SUCCESS;
 }
 
@@ -339,14 +372,16 @@ API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned f) {
 API CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
 API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
     (void)s;
-    return cuMemAlloc_v2(p, bytes);
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return pool_take(p, bytes, &g_pools[cur_dev()]);
 }
 API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s) {
     return cuMemAllocAsync(p, bytes, s);
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s) {
     (void)s;
-    return take(p, bytes, pool ? pool->dev : cur_dev());
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    return pool_take(p, bytes, pool);
 }
 API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemoryPool pool,
                                           CUstream s) {
@@ -362,6 +397,34 @@ API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     g_pools[d].dev = d;
     *pool = &g_pools[d];
     return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
+API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    pthread_mutex_lock(&g_mem_lock);
+    uint64_t v = attr == 5 ? pool->reserved : attr == 7 ? pool->used : 0;
+    pthread_mutex_unlock(&g_mem_lock);
+    if (attr != 5 && attr != 7) return CUDA_ERROR_INVALID_VALUE;
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+static void pool_trim(struct CUmemPoolHandle_st *pool, uint64_t keep) {
+    uint64_t floor = pool->used > keep ? pool->used : keep;
+    floor = (floor + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+    if (pool->reserved > floor) {
+        g_used[pool->dev] -= pool->reserved - floor;
+        pool->reserved = floor;
+    }
+}
+API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    pthread_mutex_lock(&g_mem_lock);
+    pool_trim(pool, keep);
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
+static void pools_release(void) {
+    pthread_mutex_lock(&g_mem_lock);
+    for (int i = 0; i < MAXDEV; i++) pool_trim(&g_pools[i], 0);
+    pthread_mutex_unlock(&g_mem_lock);
 }
 API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
     (void)p, (void)n, (void)advice, (void)d;

@@ -294,6 +294,9 @@ int main(int argc, char **argv) {
                 ok += a2[i].ok;
             }
             printf("ok %d\n", ok);
+        } else if (!strcmp(cmd, "sync")) {
+            rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
         } else if (!strcmp(cmd, "exit")) {
             printf("ok\n");
             return 0;

@@ -50,6 +50,8 @@ static struct {
     CUresult (*cuEventDestroy)(CUevent);
     CUresult (*cuMemAdvise)(CUdeviceptr, size_t, int, CUdevice);
     CUresult (*cuArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice);
+    CUresult (*cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
+    CUresult (*cuMemPoolGetAttribute)(CUmemoryPool, int, void *);
 } R;
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
@@ -158,7 +160,7 @@ static uint64_t mono_ns(void) {
 
 /* ---------------------------------------------------------------- allocations of this process */
 
-enum { K_MEM = 1, K_VMM = 2, K_ARRAY = 3 };
+enum { K_MEM = 1, K_VMM = 2, K_ARRAY = 3, K_POOL = 4 /* counted through its pool */ };
 struct gp_entry {
     struct gp_entry *next;
     uint64_t key;
@@ -273,8 +275,11 @@ static void report_oom(int di, uint64_t used, uint64_t limit, uint64_t bytes, co
            (unsigned long long)used, (unsigned long long)bytes, why);
 }
 
+static int pools_resettle(void);
+static void free_async_settle(CUdeviceptr dptr);
+
 /* Adds bytes to this process's slot if the replica stays within its limit on device di. */
-static CUresult charge(int di, uint64_t bytes, int spilled) {
+static CUresult charge_once(int di, uint64_t bytes, int spilled, int no_retry) {
     if (!g_region) return g_region_error ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
     if (di < 0) {
         gp_log("gpupool: CUDA allocation refused: the device is not part of slice \"%s\"",
@@ -291,6 +296,8 @@ static CUresult charge(int di, uint64_t bytes, int spilled) {
     }
     if (used + bytes > limit || used + bytes < used) {
         gp_region_unlock(g_region);
+        /* Pools may have given memory back since they were last looked at: count again. */
+        if (!no_retry && pools_resettle()) return charge_once(di, bytes, spilled, 1);
         report_oom(di, used, limit, bytes, "");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -299,6 +306,15 @@ static CUresult charge(int di, uint64_t bytes, int spilled) {
     if (spilled) atomic_fetch_add(&s->spilled[di], bytes);
     gp_region_unlock(g_region);
     return CUDA_SUCCESS;
+}
+
+static CUresult charge(int di, uint64_t bytes, int spilled) {
+    return charge_once(di, bytes, spilled, 0);
+}
+
+/* Adds bytes the driver already holds, limit or not (a pool that grew more than asked). */
+static void charge_force(int di, uint64_t bytes) {
+    if (g_region && di >= 0 && g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].used[di], bytes);
 }
 
 static void uncharge(int di, uint64_t bytes, int spilled) {
@@ -363,12 +379,14 @@ static void *real_sym(const char *name) { return g_real ? g_dlsym(g_real, name) 
 void gp_forward_resolve(void *real, dlsym_fn sym); /* forward.c */
 #endif
 
+static void pool_reset_child(void);
 static void atfork_prepare(void) { pthread_mutex_lock(&g_table_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_table_lock); }
 static void track_reset_thread(void);
 static void atfork_child(void) {
     pthread_mutex_init(&g_table_lock, NULL);
     pthread_mutex_init(&g_slot_lock, NULL);
+    pool_reset_child();
     /* The parent's allocations are the parent's: the child starts with none and its own slot. */
     for (int b = 0; b < GP_BUCKETS; b++) {
         struct gp_entry *e = g_table[b];
@@ -420,6 +438,8 @@ static void gp_init(void) {
     R.cuEventDestroy = real_sym("cuEventDestroy_v2");
     R.cuMemAdvise = real_sym("cuMemAdvise");
     R.cuArrayGetMemoryRequirements = real_sym("cuArrayGetMemoryRequirements");
+    R.cuDeviceGetMemPool = real_sym("cuDeviceGetMemPool");
+    R.cuMemPoolGetAttribute = real_sym("cuMemPoolGetAttribute");
 
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
@@ -672,30 +692,125 @@ GP_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int 
 GP_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
     NEED(cuMemFree_v2);
     CUresult rc = REAL(cuMemFree_v2)(dptr);
-    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take(dptr, K_MEM));
+    if (rc == CUDA_SUCCESS && g_region) free_async_settle(dptr);
     return rc;
+}
+
+/* Stream-ordered allocations come from memory pools, which keep freed memory (up to their
+ * release threshold) until a synchronisation or a trim. So what a pool holds is what counts:
+ * each pool this process allocates from is charged its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+ * settled after every allocation and free from it, and before any allocation is refused.
+ * Where the driver cannot tell (the attribute query fails), the bytes asked are counted. */
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define GP_MAX_POOLS 64
+struct gp_pool {
+    CUmemoryPool pool;
+    int di;
+    uint64_t charged; /* bytes of its reserve charged to this process's slot */
+};
+static struct gp_pool g_pools[GP_MAX_POOLS];
+static int g_npools;
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int pool_attr(CUmemoryPool pool, int attr, uint64_t *out) {
+    cuuint64_t v = 0;
+    if (!R.cuMemPoolGetAttribute || R.cuMemPoolGetAttribute(pool, attr, &v) != CUDA_SUCCESS) return 0;
+    *out = v;
+    return 1;
+}
+
+static struct gp_pool *pool_entry(CUmemoryPool pool, int di) {
+    for (int i = 0; i < g_npools; i++)
+        if (g_pools[i].pool == pool) return &g_pools[i];
+    if (g_npools == GP_MAX_POOLS) return NULL;
+    g_pools[g_npools] = (struct gp_pool){pool, di, 0};
+    return &g_pools[g_npools++];
+}
+
+/* Moves a pool's charge to its current reserve; returns 1 when the charge fell. */
+static int pool_settle_locked(struct gp_pool *p) {
+    uint64_t r;
+    if (!pool_attr(p->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) || r == p->charged) return 0;
+    int fell = r < p->charged;
+    if (fell)
+        uncharge(p->di, p->charged - r, 0);
+    else
+        charge_force(p->di, r - p->charged);
+    p->charged = r;
+    return fell;
+}
+
+static int pools_resettle(void) {
+    if (pthread_mutex_trylock(&g_pool_lock) != 0) return 0; /* an allocation settles it */
+    int fell = 0;
+    for (int i = 0; i < g_npools; i++) fell |= pool_settle_locked(&g_pools[i]);
+    pthread_mutex_unlock(&g_pool_lock);
+    return fell;
 }
 
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
                             CUmemoryPool pool, CUstream stream) {
-    CUresult rc;
-    int di = -1;
-    if (g_region || g_region_error) {
-        di = current_dev(NULL);
-        rc = charge(di, bytes, 0);
+#define CALL_REAL()                                                                    \
+    (from_pool ? ((cuMemAllocFromPoolAsync_t *)real)(dptr, bytes, pool, stream)        \
+               : ((cuMemAllocAsync_t *)real)(dptr, bytes, stream))
+    if (!g_region && !g_region_error) return CALL_REAL();
+    CUdevice dev = 0;
+    int di = current_dev(&dev);
+    CUmemoryPool use = pool;
+    if (!use && R.cuDeviceGetMemPool && R.cuDeviceGetMemPool(&use, dev) != CUDA_SUCCESS) use = NULL;
+    uint64_t r0 = 0, u0 = 0;
+    if (di < 0 || !use || !pool_attr(use, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r0) ||
+        !pool_attr(use, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u0)) {
+        CUresult rc = charge(di, bytes, 0); /* no pool figures: count the bytes asked */
         if (rc != CUDA_SUCCESS) return rc;
-    }
-    if (from_pool)
-        rc = ((cuMemAllocFromPoolAsync_t *)real)(dptr, bytes, pool, stream);
-    else
-        rc = ((cuMemAllocAsync_t *)real)(dptr, bytes, stream);
-    if (!g_region) return rc;
-    if (rc != CUDA_SUCCESS) {
-        uncharge(di, bytes, 0);
+        rc = CALL_REAL();
+        if (rc != CUDA_SUCCESS)
+            uncharge(di, bytes, 0);
+        else
+            table_put(*dptr, K_MEM, bytes, di, 0);
         return rc;
     }
-    table_put(*dptr, K_MEM, bytes, di, 0);
+    pthread_mutex_lock(&g_pool_lock);
+    struct gp_pool *p = pool_entry(use, di);
+    if (!p) {
+        pthread_mutex_unlock(&g_pool_lock);
+        gp_log("gpupool: CUDA allocation refused: more than %d memory pools in one process",
+               GP_MAX_POOLS);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool_settle_locked(p);
+    /* Served from what the pool keeps, nothing grows; else it grows by at least the request. */
+    uint64_t need = r0 - u0 >= bytes ? 0 : bytes;
+    CUresult rc = need ? charge_once(di, need, 0, 1) : CUDA_SUCCESS;
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g_pool_lock);
+        return rc;
+    }
+    rc = CALL_REAL();
+    uncharge(di, need, 0); /* the provisional charge; the settle below charges the truth */
+    pool_settle_locked(p);
+    pthread_mutex_unlock(&g_pool_lock);
+    if (rc == CUDA_SUCCESS) table_put(*dptr, K_POOL, 0, di, 0);
     return rc;
+#undef CALL_REAL
+}
+
+static void pool_reset_child(void) {
+    pthread_mutex_init(&g_pool_lock, NULL);
+    g_npools = 0;
+}
+
+static void free_async_settle(CUdeviceptr dptr) {
+    struct gp_entry *e = table_take(dptr, K_MEM);
+    if (e) {
+        release_entry(e);
+        return;
+    }
+    e = table_take(dptr, K_POOL);
+    if (!e) return;
+    free(e);
+    pools_resettle();
 }
 
 GP_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s) {
@@ -719,13 +834,13 @@ GP_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CU
 GP_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
     NEED(cuMemFreeAsync);
     CUresult rc = REAL(cuMemFreeAsync)(dptr, s);
-    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take(dptr, K_MEM));
+    if (rc == CUDA_SUCCESS && g_region) free_async_settle(dptr);
     return rc;
 }
 GP_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
     NEED(cuMemFreeAsync_ptsz);
     CUresult rc = REAL(cuMemFreeAsync_ptsz)(dptr, s);
-    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take(dptr, K_MEM));
+    if (rc == CUDA_SUCCESS && g_region) free_async_settle(dptr);
     return rc;
 }
 
