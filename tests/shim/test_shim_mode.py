@@ -15,7 +15,7 @@ from gpupool.runtime.isolation import (
     isolation_env,
     resolve,
 )
-from gpupool.runtime.shim import Region
+from gpupool.runtime.shim import Region, ShimIsolation
 from tests.shim.conftest import MIB
 from tests.shim.helpers import Probe, fake_uuid
 
@@ -52,6 +52,10 @@ def test_a_shim_slice_runs_a_cuda_program_held_to_its_memory(node, probes):
             20 * MIB,
             250,
         )
+    p.ok("exit")
+    p.proc.wait()
+    ShimIsolation.release(env)
+    assert not region_path.exists()
 
 
 def test_shim_is_refused_on_mig_and_without_a_driver(node, monkeypatch, tmp_path):

@@ -401,6 +401,20 @@ class ShimIsolation:
             return str(exc)
         return None
 
+    @staticmethod
+    def region_path(env: Mapping[str, str]) -> Path | None:
+        """The region a replica's environment names (``None`` for a replica not under the shim):
+        what the agent reads for usage and attachment while it runs."""
+        value = env.get("GPUPOOL_CUDA_REGION")
+        return Path(value) if value else None
+
+    @staticmethod
+    def release(env: Mapping[str, str]) -> None:
+        """Delete the replica's region once its processes are gone (the agent, at replica end)."""
+        path = ShimIsolation.region_path(env)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
     def job_env(self, ctx: SliceContext) -> dict[str, str]:
         driver = real_driver()
         if driver is None:  # supports() said so first; the node changed since
