@@ -82,6 +82,20 @@ def test_forked_children_count_in_the_replica_budget(natives, make_region, probe
     p.ok(f"alloc {4 * MIB}")
 
 
+def test_a_process_that_execs_starts_with_a_clean_slot(natives, make_region, probes):
+    region = make_region(limit=10 * MIB)
+    p = start(natives, shim_env(natives, region), probes)
+    p.ok(f"alloc {8 * MIB}")
+    assert p.proc.stdin is not None
+    p.proc.stdin.write("exec\n")  # exec frees the old image's memory; no answer comes
+    p.proc.stdin.flush()
+    p.ok("init")
+    p.ok(f"alloc {8 * MIB}")
+    snap = region.read()
+    assert snap.device(GPU0).used_bytes == 8 * MIB
+    assert snap.attached_pids == (p.pid,)
+
+
 def test_threads_allocating_at_once_never_pass_the_limit(natives, make_region, probes):
     region = make_region(limit=10 * MIB)
     p = start(natives, shim_env(natives, region), probes)

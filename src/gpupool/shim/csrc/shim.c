@@ -220,15 +220,13 @@ static void ensure_slot(void) {
 static void ensure_slot_locked(void) {
     if (g_slot >= 0 && g_slot_pid == g_pid) return;
     pid_t me = g_pid;
-    /* After exec the image's previous slot (same pid and start time) is this process's own. */
+    /* A slot with this pid and start time is a previous image's (before exec): exec freed its
+     * memory, so its usage goes; the new image claims a clean slot. */
     uint64_t st = gp_proc_start_ticks(me);
     for (int i = 0; i < GP_MAX_SLOTS; i++) {
         if (atomic_load(&g_region->slot[i].pid) == me &&
-            atomic_load(&g_region->slot[i].start_ticks) == st) {
-            g_slot = i;
-            g_slot_pid = me;
-            return;
-        }
+            atomic_load(&g_region->slot[i].start_ticks) == st)
+            gp_region_release(g_region, i);
     }
     g_slot = gp_region_claim(g_region, me);
     g_slot_pid = me;
@@ -249,10 +247,10 @@ static int dev_index(CUdevice d) {
     if (v) return v > 0 ? v - 1 : -1;
     CUuuid u;
     int found = -1;
-    if (R.cuDeviceGetUuid && R.cuDeviceGetUuid(&u, d) == CUDA_SUCCESS) {
-        for (uint32_t i = 0; i < g_region->ndev; i++)
-            if (memcmp(g_region->dev[i].uuid, u.bytes, 16) == 0) found = (int)i;
-    }
+    /* Not cached when the driver cannot say yet (before cuInit): asked again next time. */
+    if (!R.cuDeviceGetUuid || R.cuDeviceGetUuid(&u, d) != CUDA_SUCCESS) return -1;
+    for (uint32_t i = 0; i < g_region->ndev; i++)
+        if (memcmp(g_region->dev[i].uuid, u.bytes, 16) == 0) found = (int)i;
     atomic_store(&g_dev_index[d], found >= 0 ? found + 1 : -1);
     return found;
 }
