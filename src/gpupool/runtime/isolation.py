@@ -27,6 +27,7 @@ from typing import Protocol
 
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.units import MILLI_PER_GPU
+from gpupool.runtime.shim import ShimIsolation
 
 
 class IsolationUnavailable(GpupoolError):
@@ -186,6 +187,7 @@ MODES: dict[str, IsolationMode] = {
         Exclusive(),
         Mps(),
         Soft(),
+        ShimIsolation(),
     )
 }
 #: The order ``auto`` tries, strongest guarantee first.

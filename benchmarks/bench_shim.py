@@ -1,0 +1,123 @@
+"""Cost of gpupool's CUDA shim on the fake driver: ns per intercepted call and per launch, and
+how close launch pacing keeps a replica to its SM share.
+
+Each row runs the same C program (tests/shim/csrc/bench.c) four ways: against the fake driver
+alone (*no shim*), through the façade with no region (*pass-through*), with a region and no
+compute cap (*slice, no cap*: memory accounting on, launches unpaced), and with a 99.9 % cap
+(*paced*: every launch settles timing events and checks the bucket). The overhead is the
+difference to *no shim*. Pacing fidelity runs 2 ms fake kernels back to back for --window-ms at
+each share and reports the busy ratio from the fake driver's own record.
+
+    .venv/bin/python benchmarks/bench_shim.py            # table
+    .venv/bin/python benchmarks/bench_shim.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gpupool.runtime.shim import DeviceSlice, Region, job_env
+from gpupool.shim.build import CSRC, ensure_built
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_C = ROOT / "tests" / "shim" / "csrc"
+CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{CSRC}"]
+FAKE_UUID = "GPU-" + "-".join(
+    (b"gpupoolfakegpu\0\0".hex()[a:b]) for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
+)
+
+
+def cc(*args: str) -> None:
+    subprocess.run(["cc", *CFLAGS, *args], check=True)
+
+
+def run_bench(binary: Path, env: dict[str, str], n: int) -> dict[str, float]:
+    out = subprocess.run([str(binary), str(n)], env=env, capture_output=True, text=True, check=True)
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()
+    }
+
+
+def busy_ratio(log: Path) -> float:
+    rec = struct.Struct("<iiQQ")
+    data = log.read_bytes()
+    rows = [rec.unpack_from(data, i * rec.size) for i in range(len(data) // rec.size)]
+    start, end = min(r[2] for r in rows), max(r[3] for r in rows)
+    return sum(r[3] - r[2] for r in rows) / (end - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--window-ms", type=int, default=3000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-shim-"))
+    build = ensure_built()
+    (work / "fake").mkdir()
+    fake = work / "fake" / "libcuda.so.1"
+    cc("-fPIC", "-shared", "-fvisibility=hidden", str(TEST_C / "fake_cuda.c"), "-o", str(fake),
+       "-Wl,-soname,libcuda.so.1", "-ldl", "-lpthread")  # fmt: skip
+    bench = work / "bench"
+    cc(str(TEST_C / "bench.c"), "-o", str(bench), "-ldl")
+    probe = work / "probe"
+    cc(str(TEST_C / "probe.c"), "-o", str(probe), "-ldl", "-lpthread")
+
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def region(share: int, name: str) -> Region:
+        slices = [DeviceSlice(uuid=FAKE_UUID, mem_limit_bytes=1 << 40, sm_share_permille=share)]
+        return Region.create(work / f"{name}.region", name, slices, build=build)
+
+    configs = {
+        "no shim": {**base, "LD_LIBRARY_PATH": str(fake.parent)},
+        "pass-through": {
+            **base,
+            "LD_LIBRARY_PATH": str(build.facade_dir),
+            "GPUPOOL_REAL_LIBCUDA": str(fake),
+        },
+        "slice, no cap": job_env(region(1000, "nocap").path, fake, build=build, base=base),
+        "paced (99.9 %)": job_env(region(999, "paced").path, fake, build=build, base=base),
+    }
+    costs: dict[str, dict[str, float]] = {}
+    for name, env in configs.items():
+        runs = [run_bench(bench, env, args.iterations) for _ in range(args.repeat)]
+        costs[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+    fidelity: dict[int, float] = {}
+    for pct in (10, 30, 50, 70, 90):
+        r = region(pct * 10, f"share{pct}")
+        log = work / f"share{pct}.log"
+        env = {**job_env(r.path, fake, build=build, base=base), "FAKE_CUDA_LOG": str(log)}
+        cmds = f"init\nlaunchfor 2000000 {args.window_ms} kernel\nexit\n"
+        subprocess.run(
+            [str(probe)], input=cmds, env=env, capture_output=True, text=True, check=True
+        )
+        fidelity[pct] = busy_ratio(log)
+
+    if args.json:
+        print(json.dumps({"ns_per_call": costs, "pacing_busy_ratio": fidelity}, indent=2))
+        return
+    calls = list(costs["no shim"])
+    print("| call | " + " | ".join(costs) + " |")
+    print("|---|" + "---|" * len(costs))
+    for c in calls:
+        print(f"| {c} | " + " | ".join(f"{costs[k][c]:.0f}" for k in costs) + " |")
+    print()
+    print("| share % | busy ratio | error (points) |")
+    print("|---|---|---|")
+    for pct, ratio in fidelity.items():
+        print(f"| {pct} | {ratio:.3f} | {100 * ratio - pct:+.1f} |")
+
+
+if __name__ == "__main__":
+    main()

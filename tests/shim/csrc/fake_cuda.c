@@ -1,0 +1,606 @@
+/* A fake CUDA driver (libcuda.so.1) for the shim's tests: host memory stands in for device
+ * memory, and each process has one "GPU" thread that runs launches in order on an exact device
+ * timeline (a kernel starts when it was queued or when the one before it ended, whichever is
+ * later, and lasts its duration), waits out each kernel (a busy-wait with FAKE_CUDA_SPIN=1, else
+ * a sleep to its end, kinder to a shared machine) and appends a record of it to FAKE_CUDA_LOG.
+ *
+ * Environment: FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_MEM (physical bytes per device
+ * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records).
+ * A kernel's duration in ns is the uint64 its first kernel parameter points to; a graph's is
+ * the uint64 its CUgraphExec handle points to. Device i's UUID is "gpupoolfakegpu" + {0, i}. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp_cuda.h"
+
+#define API __attribute__((visibility("default")))
+#define MAXDEV 8
+
+struct log_record {
+    int32_t pid;
+    int32_t dev;
+    uint64_t start_ns;
+    uint64_t end_ns;
+};
+
+struct CUctx_st {
+    int dev;
+};
+struct CUevent_st {
+    int done;
+    uint64_t t;
+};
+struct CUarray_st {
+    size_t bytes;
+};
+/* A pool keeps what is freed from it (its reserve) until a synchronisation releases what is
+ * above its release threshold (0 here, as by default) or cuMemPoolTrimTo trims it; it grows in
+ * 2 MiB steps. */
+struct CUmemPoolHandle_st {
+    int dev;
+    uint64_t reserved, used;
+};
+#define POOL_STEP (2ull << 20)
+
+static struct CUctx_st g_primary[MAXDEV];
+static struct CUmemPoolHandle_st g_pools[MAXDEV];
+static __thread CUcontext g_current;
+static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_used[MAXDEV];
+
+static int ndev(void) {
+    const char *e = getenv("FAKE_CUDA_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
+}
+static uint64_t phys(void) {
+    const char *e = getenv("FAKE_CUDA_MEM");
+    return e ? strtoull(e, NULL, 10) : 80ull << 30;
+}
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static int cur_dev(void) { return g_current ? g_current->dev : -1; }
+
+/* ------------------------------------------------------------- memory: header before the block */
+struct block {
+    uint64_t bytes;
+    int dev; /* -1: managed or from a pool (not counted here) */
+    int pad;
+    struct CUmemPoolHandle_st *pool;
+};
+
+static CUresult take(CUdeviceptr *p, size_t bytes, int dev) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (dev >= 0) {
+        pthread_mutex_lock(&g_mem_lock);
+        if (g_used[dev] + bytes > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[dev] += bytes;
+        pthread_mutex_unlock(&g_mem_lock);
+    }
+    struct block *b = malloc(sizeof *b + 16);
+    if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
+    b->bytes = bytes;
+    b->dev = dev;
+    b->pool = NULL;
+    *p = (CUdeviceptr)(uintptr_t)(b + 1);
+    return CUDA_SUCCESS;
+}
+
+static CUresult pool_take(CUdeviceptr *p, size_t bytes, struct CUmemPoolHandle_st *pool) {
+    pthread_mutex_lock(&g_mem_lock);
+    if (pool->reserved - pool->used < bytes) {
+        uint64_t grow = (bytes - (pool->reserved - pool->used) + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+        if (g_used[pool->dev] + grow > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[pool->dev] += grow;
+        pool->reserved += grow;
+    }
+    pool->used += bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    CUresult rc = take(p, bytes, -1);
+    if (rc == CUDA_SUCCESS) ((struct block *)(uintptr_t)*p - 1)->pool = pool;
+    return rc;
+}
+
+static void pools_release(void);
+
+static CUresult give(CUdeviceptr p) {
+    if (!p) return CUDA_SUCCESS;
+    struct block *b = (struct block *)(uintptr_t)p - 1;
+    if (b->pool) {
+        pthread_mutex_lock(&g_mem_lock);
+        b->pool->used -= b->bytes; /* the pool keeps it */
+        pthread_mutex_unlock(&g_mem_lock);
+    }
+    if (b->dev >= 0) {
+        pthread_mutex_lock(&g_mem_lock);
+        g_used[b->dev] -= b->bytes;
+        pthread_mutex_unlock(&g_mem_lock);
+    }
+    free(b);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- the GPU thread */
+enum { OP_KERNEL, OP_EVENT };
+struct op {
+    int kind;
+    int dev;
+    uint64_t dur;
+    CUevent ev;
+    uint64_t submit; /* when the host queued it */
+};
+#define QCAP 4096
+static struct op g_q[QCAP];
+static int g_qh, g_qn, g_busy, g_worker_started;
+static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_qcond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;
+static int g_logfd = -2;
+/* The device timeline: when the last queued op ends. An op starts at max(its submission, the
+ * previous op's end), so a GPU thread that the host's scheduler delays leaves no false gaps. */
+static uint64_t g_timeline;
+
+static void log_kernel(int dev, uint64_t s, uint64_t e) {
+    if (g_logfd == -2) {
+        const char *p = getenv("FAKE_CUDA_LOG");
+        g_logfd = p ? open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+    }
+    if (g_logfd < 0) return;
+    struct log_record r = {(int32_t)getpid(), dev, s, e};
+    ssize_t w = write(g_logfd, &r, sizeof r);
+    (void)w;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_qlock);
+    for (;;) {
+        while (g_qn == 0) pthread_cond_wait(&g_qcond, &g_qlock);
+        struct op o = g_q[g_qh];
+        g_qh = (g_qh + 1) % QCAP;
+        g_qn--;
+        g_busy = 1;
+        pthread_mutex_unlock(&g_qlock);
+        uint64_t start = o.submit > g_timeline ? o.submit : g_timeline;
+        if (o.kind == OP_KERNEL) {
+            uint64_t end = start + o.dur;
+            if (getenv("FAKE_CUDA_SPIN")) {
+                while (now_ns() < end) {
+                }
+            } else {
+                struct timespec ts = {(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) {
+                }
+            }
+            g_timeline = end;
+            log_kernel(o.dev, start, end);
+        }
+        pthread_mutex_lock(&g_qlock);
+        if (o.kind == OP_EVENT) {
+            o.ev->t = start;
+            o.ev->done = 1;
+        }
+        g_busy = 0;
+        pthread_cond_broadcast(&g_done);
+    }
+    return NULL;
+}
+
+static void atfork_child(void) {
+    pthread_mutex_init(&g_qlock, NULL);
+    pthread_cond_init(&g_qcond, NULL);
+    pthread_cond_init(&g_done, NULL);
+    g_qh = g_qn = g_busy = g_worker_started = 0;
+    g_timeline = 0;
+    g_logfd = -2;
+}
+
+static void enqueue(struct op o) {
+    pthread_mutex_lock(&g_qlock);
+    if (!g_worker_started) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_create(&t, &a, worker, NULL);
+        pthread_attr_destroy(&a);
+        g_worker_started = 1;
+    }
+    while (g_qn == QCAP) pthread_cond_wait(&g_done, &g_qlock);
+    o.submit = now_ns();
+    g_q[(g_qh + g_qn) % QCAP] = o;
+    g_qn++;
+    pthread_cond_signal(&g_qcond);
+    pthread_mutex_unlock(&g_qlock);
+}
+
+static CUresult launch(void **params, uint64_t dur_from_graph, int graph) {
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    uint64_t dur = graph ? dur_from_graph : (params && params[0] ? *(uint64_t *)params[0] : 0);
+    if (dur == 0) { /* an empty kernel on an idle GPU is done at once: no GPU thread round trip */
+        pthread_mutex_lock(&g_qlock);
+        int idle = g_qn == 0 && !g_busy;
+        pthread_mutex_unlock(&g_qlock);
+        if (idle) return CUDA_SUCCESS;
+    }
+    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0});
+    return CUDA_SUCCESS;
+}
+
+static CUresult sync_all(void) {
+    pthread_mutex_lock(&g_qlock);
+    while (g_qn || g_busy) pthread_cond_wait(&g_done, &g_qlock);
+    pthread_mutex_unlock(&g_qlock);
+    pools_release();
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- API */
+API CUresult cuInit(unsigned int f) {
+    (void)f;
+    static int once;
+    if (!once) {
+        once = 1;
+        pthread_atfork(NULL, NULL, atfork_child);
+        for (int i = 0; i < MAXDEV; i++) g_primary[i].dev = g_pools[i].dev = i;
+    }
+    return CUDA_SUCCESS;
+}
+API CUresult cuDriverGetVersion(int *v) {
+    *v = 12080;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetCount(int *n) {
+    *n = ndev();
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    if (ordinal < 0 || ordinal >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    snprintf(name, (size_t)len, "Fake GPU %d", d);
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(u->bytes, "gpupoolfakegpu", 14);
+    u->bytes[14] = 0;
+    u->bytes[15] = (char)d;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) { return cuDeviceGetUuid_v2(u, d); }
+API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
+    (void)d;
+    *b = (size_t)phys();
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    g_primary[d].dev = d;
+    *c = &g_primary[d];
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    (void)d;
+    return CUDA_SUCCESS;
+}
+static CUresult ctx_new(CUcontext *c, CUdevice d) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    *c = malloc(sizeof **c);
+    (*c)->dev = d;
+    g_current = *c;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxCreate_v2(CUcontext *c, unsigned f, CUdevice d) {
+    (void)f;
+    return ctx_new(c, d);
+}
+API CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, unsigned f, CUdevice d) {
+    (void)p, (void)n, (void)f;
+    return ctx_new(c, d);
+}
+API CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned f, CUdevice d) {
+    (void)p, (void)f;
+    return ctx_new(c, d);
+}
+API CUresult cuCtxDestroy_v2(CUcontext c) {
+    if (g_current == c) g_current = NULL;
+    if (c < &g_primary[0] || c > &g_primary[MAXDEV - 1]) free(c);
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetCurrent(CUcontext c) {
+    g_current = c;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetCurrent(CUcontext *c) {
+    *c = g_current;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetDevice(CUdevice *d) {
+    if (!g_current) return CUDA_ERROR_INVALID_CONTEXT;
+    *d = g_current->dev;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSynchronize(void) { return sync_all(); }
+API CUresult cuStreamSynchronize(CUstream s) {
+    (void)s;
+    return sync_all();
+}
+
+API CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
+    int d = cur_dev();
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_mem_lock);
+    *f = (size_t)(phys() - g_used[d]);
+    pthread_mutex_unlock(&g_mem_lock);
+    *t = (size_t)phys();
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return take(p, bytes, cur_dev());
+}
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e) {
+    (void)e;
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *pitch = (w + 511) / 512 * 512;
+    return take(p, *pitch * h, cur_dev());
+}
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned f) {
+    (void)f;
+    return take(p, bytes, -1);
+}
+API CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
+    (void)s;
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    return pool_take(p, bytes, &g_pools[cur_dev()]);
+}
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s) {
+    return cuMemAllocAsync(p, bytes, s);
+}
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    return pool_take(p, bytes, pool);
+}
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemoryPool pool,
+                                          CUstream s) {
+    return cuMemAllocFromPoolAsync(p, bytes, pool, s);
+}
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    (void)s;
+    return give(p);
+}
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
+API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    g_pools[d].dev = d;
+    *pool = &g_pools[d];
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
+API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    pthread_mutex_lock(&g_mem_lock);
+    uint64_t v = attr == 5 ? pool->reserved : attr == 7 ? pool->used : 0;
+    pthread_mutex_unlock(&g_mem_lock);
+    if (attr != 5 && attr != 7) return CUDA_ERROR_INVALID_VALUE;
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+static void pool_trim(struct CUmemPoolHandle_st *pool, uint64_t keep) {
+    uint64_t floor = pool->used > keep ? pool->used : keep;
+    floor = (floor + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+    if (pool->reserved > floor) {
+        g_used[pool->dev] -= pool->reserved - floor;
+        pool->reserved = floor;
+    }
+}
+API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    pthread_mutex_lock(&g_mem_lock);
+    pool_trim(pool, keep);
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
+static void pools_release(void) {
+    pthread_mutex_lock(&g_mem_lock);
+    for (int i = 0; i < MAXDEV; i++) pool_trim(&g_pools[i], 0);
+    pthread_mutex_unlock(&g_mem_lock);
+}
+API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
+    (void)p, (void)n, (void)advice, (void)d;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes,
+                         const CUmemAllocationProp *prop, unsigned long long f) {
+    (void)f;
+    CUdeviceptr p;
+    CUresult rc = take(&p, bytes, prop->location.id);
+    if (rc == CUDA_SUCCESS) *h = p;
+    return rc;
+}
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
+
+static size_t fmt_bytes(CUarray_format f) {
+    return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 ? 4 : f == CU_AD_FORMAT_HALF ? 2 : 1;
+}
+static CUresult array_new(CUarray *a, size_t bytes) {
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    bytes = (bytes + 511) / 512 * 512; /* the fake's layout: rows of 512-byte granules */
+    pthread_mutex_lock(&g_mem_lock);
+    if (g_used[cur_dev()] + bytes > phys()) {
+        pthread_mutex_unlock(&g_mem_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_used[cur_dev()] += bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    *a = malloc(sizeof **a);
+    (*a)->bytes = bytes;
+    return CUDA_SUCCESS;
+}
+API CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
+    return array_new(a, d->Width * (d->Height ? d->Height : 1) * d->NumChannels * fmt_bytes(d->Format));
+}
+API CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    return array_new(a, d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
+                            d->NumChannels * fmt_bytes(d->Format));
+}
+API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUarray a, CUdevice d) {
+    (void)d;
+    memset(r, 0, sizeof *r);
+    r->size = a->bytes;
+    r->alignment = 512;
+    return CUDA_SUCCESS;
+}
+API CUresult cuArrayDestroy(CUarray a) {
+    pthread_mutex_lock(&g_mem_lock);
+    g_used[cur_dev() < 0 ? 0 : cur_dev()] -= a->bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuEventCreate(CUevent *e, unsigned f) {
+    (void)f;
+    *e = calloc(1, sizeof **e);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventDestroy_v2(CUevent e) {
+    /* An event still queued stays valid until the GPU thread passes it: leak it then. */
+    pthread_mutex_lock(&g_qlock);
+    int done = e->done;
+    pthread_mutex_unlock(&g_qlock);
+    if (done) free(e);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
+    pthread_mutex_lock(&g_qlock);
+    if (g_qn == 0 && !g_busy) {
+        uint64_t n = now_ns();
+        e->t = n > g_timeline ? n : g_timeline;
+        e->done = 1;
+        pthread_mutex_unlock(&g_qlock);
+        return CUDA_SUCCESS;
+    }
+    e->done = 0;
+    pthread_mutex_unlock(&g_qlock);
+    enqueue((struct op){OP_EVENT, 0, 0, e, 0});
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventQuery(CUevent e) {
+    pthread_mutex_lock(&g_qlock);
+    int d = e->done;
+    pthread_mutex_unlock(&g_qlock);
+    return d ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+API CUresult cuEventSynchronize(CUevent e) {
+    pthread_mutex_lock(&g_qlock);
+    while (!e->done) pthread_cond_wait(&g_done, &g_qlock);
+    pthread_mutex_unlock(&g_qlock);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    pthread_mutex_lock(&g_qlock);
+    int ok = a->done && b->done;
+    uint64_t ta = a->t, tb = b->t;
+    pthread_mutex_unlock(&g_qlock);
+    if (!ok) return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                            void **extra) {
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)extra;
+    return launch(params, 0, 0);
+}
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                                 void **extra) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)c, (void)f, (void)extra;
+    return launch(params, 0, 0);
+}
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
+                                   void **extra) {
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                       CUstream s, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
+}
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                            unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                            CUstream s, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
+}
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    (void)s;
+    return launch(NULL, g ? *(uint64_t *)g : 0, 1);
+}
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
+
+/* Like the real driver: the name plus the version and stream flavour pick an exported variant. */
+static void *self_handle(void) {
+    static void *h;
+    if (!h) {
+        Dl_info i;
+        if (dladdr((void *)self_handle, &i)) h = dlopen(i.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    }
+    return h;
+}
+API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *st) {
+    char name[256];
+    void *h = self_handle(), *p = NULL;
+    const char *suffixes[6];
+    int n = 0;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        suffixes[n++] = "_ptsz";
+        suffixes[n++] = "_v2_ptsz";
+        suffixes[n++] = "_ptds";
+        suffixes[n++] = "_v2_ptds";
+    }
+    if (ver >= 3020) suffixes[n++] = "_v2";
+    suffixes[n++] = "";
+    for (int i = 0; i < n && !p; i++) {
+        if (strcmp(sym, "cuCtxCreate") == 0 && ver >= 12050 && i == 0) {
+            p = dlsym(h, "cuCtxCreate_v4");
+            continue;
+        }
+        snprintf(name, sizeof name, "%s%s", sym, suffixes[i]);
+        if (strcmp(sym, "cuGetProcAddress") == 0 && ver < 12000 && strcmp(suffixes[i], "_v2") == 0)
+            continue;
+        p = dlsym(h, name);
+    }
+    if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    *pfn = p;
+    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+API CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}

@@ -1,0 +1,312 @@
+/* A CUDA program for the shim's tests, driven one command per stdin line, one answer per line.
+ *
+ * It finds the driver the way a CUDA 12 runtime does: dlopen("libcuda.so.1"), dlsym for
+ * "cuGetProcAddress_v2", then every entry point through it with cudaVersion 12000 and the flags
+ * of argv[1] ("default" or "ptsz"). With argv[1] "dlsym" it asks dlsym for versioned names, as
+ * an old-style program does. Answers: "ok ..." or "err CODE". */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp_cuda.h"
+
+typedef CUresult (*gpa_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static gpa_t gpa;
+static void *lib;
+static int mode_dlsym;
+static cuuint64_t flags;
+
+static void *get(const char *name, const char *versioned) {
+    void *p = NULL;
+    if (mode_dlsym) return dlsym(lib, versioned);
+    CUdriverProcAddressQueryResult st;
+    if (gpa(name, &p, 12000, flags, &st) != CUDA_SUCCESS) return NULL;
+    return p;
+}
+
+
+static CUresult (*p_init)(unsigned);
+static CUresult (*p_devget)(CUdevice *, int);
+static CUresult (*p_retain)(CUcontext *, CUdevice);
+static CUresult (*p_setcur)(CUcontext);
+static CUresult (*p_alloc)(CUdeviceptr *, size_t);
+static CUresult (*p_free)(CUdeviceptr);
+static CUresult (*p_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+static CUresult (*p_managed)(CUdeviceptr *, size_t, unsigned);
+static CUresult (*p_async)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*p_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+static CUresult (*p_defpool)(CUmemoryPool *, CUdevice);
+static CUresult (*p_freeasync)(CUdeviceptr, CUstream);
+static CUresult (*p_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+static CUresult (*p_release)(CUmemGenericAllocationHandle);
+static CUresult (*p_arr)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+static CUresult (*p_arr3)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+static CUresult (*p_arrdel)(CUarray);
+static CUresult (*p_info)(size_t *, size_t *);
+static CUresult (*p_total)(size_t *, CUdevice);
+static CUresult (*p_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void **, void **);
+static CUresult (*p_launchex)(const CUlaunchConfig *, CUfunction, void **, void **);
+static CUresult (*p_coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          unsigned, CUstream, void **);
+static CUresult (*p_graph)(CUgraphExec, CUstream);
+static CUresult (*p_sync)(void);
+static CUresult (*p_ctxcreate)(CUcontext *, unsigned, CUdevice);
+static CUresult (*p_name)(char *, int, CUdevice);
+
+static void resolve(void) {
+    p_init = get("cuInit", "cuInit");
+    p_devget = get("cuDeviceGet", "cuDeviceGet");
+    p_retain = get("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    p_setcur = get("cuCtxSetCurrent", "cuCtxSetCurrent");
+    p_alloc = get("cuMemAlloc", "cuMemAlloc_v2");
+    p_free = get("cuMemFree", "cuMemFree_v2");
+    p_pitch = get("cuMemAllocPitch", "cuMemAllocPitch_v2");
+    p_managed = get("cuMemAllocManaged", "cuMemAllocManaged");
+    p_async = get("cuMemAllocAsync", "cuMemAllocAsync");
+    p_pool = get("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync");
+    p_defpool = get("cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool");
+    p_freeasync = get("cuMemFreeAsync", "cuMemFreeAsync");
+    p_create = get("cuMemCreate", "cuMemCreate");
+    p_release = get("cuMemRelease", "cuMemRelease");
+    p_arr = get("cuArrayCreate", "cuArrayCreate_v2");
+    p_arr3 = get("cuArray3DCreate", "cuArray3DCreate_v2");
+    p_arrdel = get("cuArrayDestroy", "cuArrayDestroy");
+    p_info = get("cuMemGetInfo", "cuMemGetInfo_v2");
+    p_total = get("cuDeviceTotalMem", "cuDeviceTotalMem_v2");
+    p_launch = get("cuLaunchKernel", "cuLaunchKernel");
+    p_launchex = get("cuLaunchKernelEx", "cuLaunchKernelEx");
+    p_coop = get("cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel");
+    p_graph = get("cuGraphLaunch", "cuGraphLaunch");
+    p_sync = get("cuCtxSynchronize", "cuCtxSynchronize");
+    p_ctxcreate = get("cuCtxCreate", "cuCtxCreate_v2");
+    p_name = get("cuDeviceGetName", "cuDeviceGetName");
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static CUresult launch_one(const char *kind, uint64_t *dur) {
+    void *params[1] = {dur};
+    if (strcmp(kind, "ex") == 0) {
+        CUlaunchConfig c;
+        memset(&c, 0, sizeof c);
+        c.gridDimX = c.gridDimY = c.gridDimZ = c.blockDimX = c.blockDimY = c.blockDimZ = 1;
+        return p_launchex(&c, NULL, params, NULL);
+    }
+    if (strcmp(kind, "coop") == 0) return p_coop(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params);
+    if (strcmp(kind, "graph") == 0) return p_graph((CUgraphExec)(void *)dur, NULL);
+    return p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+}
+
+struct thr {
+    size_t bytes;
+    int ok;
+};
+static void *thr_alloc(void *a) {
+    struct thr *t = a;
+    CUcontext c;
+    CUdevice d;
+    p_devget(&d, 0);
+    p_retain(&c, d);
+    p_setcur(c);
+    CUdeviceptr p;
+    t->ok = p_alloc(&p, t->bytes) == CUDA_SUCCESS;
+    return NULL;
+}
+
+static void use_device(int n) {
+    CUdevice d;
+    CUcontext c;
+    if (p_devget(&d, n) || p_retain(&c, d) || p_setcur(c)) {
+        printf("err device %d\n", n);
+        return;
+    }
+    printf("ok\n");
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "default";
+    mode_dlsym = strcmp(mode, "dlsym") == 0;
+    flags = strcmp(mode, "ptsz") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                      : CU_GET_PROC_ADDRESS_DEFAULT;
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("err dlopen %s\n", dlerror());
+        return 1;
+    }
+    gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+    if (!gpa) {
+        printf("err no cuGetProcAddress_v2\n");
+        return 1;
+    }
+    resolve();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    char line[512];
+    while (fgets(line, sizeof line, stdin)) {
+        char cmd[64] = "", a[64] = "", b[64] = "", c[64] = "";
+        sscanf(line, "%63s %63s %63s %63s", cmd, a, b, c);
+        unsigned long long x = strtoull(a, NULL, 0), y = strtoull(b, NULL, 0), z = strtoull(c, NULL, 0);
+        CUresult rc = 0;
+        if (!strcmp(cmd, "init")) {
+            rc = p_init(0);
+            if (rc) {
+                printf("err %d\n", rc);
+                continue;
+            }
+            use_device(0);
+        } else if (!strcmp(cmd, "device")) {
+            use_device((int)x);
+        } else if (!strcmp(cmd, "pid")) {
+            printf("ok %d\n", (int)getpid());
+        } else if (!strcmp(cmd, "whois")) {
+            void *p = get(a, b[0] ? b : a);
+            Dl_info i;
+            if (p && dladdr(p, &i))
+                printf("ok %s %s\n", i.dli_fname, i.dli_sname ? i.dli_sname : "?");
+            else
+                printf("err none\n");
+        } else if (!strcmp(cmd, "name")) {
+            char n[64];
+            rc = p_name(n, sizeof n, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok %s\n", n);
+        } else if (!strcmp(cmd, "alloc") || !strcmp(cmd, "managed") || !strcmp(cmd, "async") ||
+                   !strcmp(cmd, "pool")) {
+            CUdeviceptr p = 0;
+            if (!strcmp(cmd, "alloc")) rc = p_alloc(&p, x);
+            else if (!strcmp(cmd, "managed")) rc = p_managed(&p, x, CU_MEM_ATTACH_GLOBAL);
+            else if (!strcmp(cmd, "async")) rc = p_async(&p, x, NULL);
+            else {
+                CUmemoryPool pool;
+                CUdevice d;
+                p_devget(&d, 0);
+                p_defpool(&pool, d);
+                rc = p_pool(&p, x, pool, NULL);
+            }
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)p);
+        } else if (!strcmp(cmd, "free")) {
+            rc = p_free(x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "freeasync")) {
+            rc = p_freeasync(x, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "pitch")) {
+            CUdeviceptr p;
+            size_t pitch;
+            rc = p_pitch(&p, &pitch, x, y, 4);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu %zu\n", (unsigned long long)p, pitch);
+        } else if (!strcmp(cmd, "vmm")) {
+            CUmemAllocationProp prop;
+            memset(&prop, 0, sizeof prop);
+            prop.type = 1;
+            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prop.location.id = (int)y;
+            CUmemGenericAllocationHandle h;
+            rc = p_create(&h, x, &prop, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)h);
+        } else if (!strcmp(cmd, "release")) {
+            rc = p_release(x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "array")) {
+            CUDA_ARRAY_DESCRIPTOR d = {x, y, CU_AD_FORMAT_FLOAT, 1};
+            CUarray arr;
+            rc = p_arr(&arr, &d);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)arr);
+        } else if (!strcmp(cmd, "array3d")) {
+            CUDA_ARRAY3D_DESCRIPTOR d = {x, y, z, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+            CUarray arr;
+            rc = p_arr3(&arr, &d);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)arr);
+        } else if (!strcmp(cmd, "destroyarray")) {
+            rc = p_arrdel((CUarray)(uintptr_t)x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "info")) {
+            size_t f, t;
+            rc = p_info(&f, &t);
+            if (rc) printf("err %d\n", rc); else printf("ok %zu %zu\n", f, t);
+        } else if (!strcmp(cmd, "total")) {
+            size_t t;
+            rc = p_total(&t, (CUdevice)x);
+            if (rc) printf("err %d\n", rc); else printf("ok %zu\n", t);
+        } else if (!strcmp(cmd, "ctxcreate")) {
+            CUcontext ctx;
+            rc = p_ctxcreate(&ctx, 0, (CUdevice)x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "launch")) { /* launch NS COUNT KIND */
+            uint64_t dur = x;
+            for (unsigned long long i = 0; i < y && !rc; i++) rc = launch_one(c[0] ? c : "kernel", &dur);
+            if (!rc) rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "launchfor")) { /* launchfor NS MILLISECONDS KIND */
+            uint64_t dur = x, end = now_ns() + y * 1000000ull, n = 0;
+            while (now_ns() < end && !rc) {
+                rc = launch_one(c[0] ? c : "kernel", &dur);
+                n++;
+            }
+            if (!rc) rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)n);
+        } else if (!strcmp(cmd, "fork")) { /* fork BYTES: a child allocates, reports, exits */
+            int fd[2];
+            if (pipe(fd)) { printf("err pipe\n"); continue; }
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(fd[0]);
+                CUdeviceptr p;
+                CUresult r = p_alloc(&p, x);
+                char msg[64];
+                int n = snprintf(msg, sizeof msg, "%d %d", r, (int)getpid());
+                if (write(fd[1], msg, (size_t)n) < 0) _exit(3);
+                close(fd[1]);
+                if (y) pause(); /* held, so the test can look at the region (and kill it) */
+                _exit(0);
+            }
+            close(fd[1]);
+            char msg[64] = "";
+            ssize_t n = read(fd[0], msg, sizeof msg - 1);
+            close(fd[0]);
+            if (n > 0) msg[n] = 0;
+            if (!y) waitpid(pid, NULL, 0);
+            printf("ok %s\n", msg);
+        } else if (!strcmp(cmd, "threads")) { /* threads N BYTES: ok = how many allocations fit */
+            int n = (int)x;
+            pthread_t t[64];
+            struct thr a2[64];
+            if (n > 64) n = 64;
+            for (int i = 0; i < n; i++) {
+                a2[i].bytes = y;
+                a2[i].ok = 0;
+                pthread_create(&t[i], NULL, thr_alloc, &a2[i]);
+            }
+            int ok = 0;
+            for (int i = 0; i < n; i++) {
+                pthread_join(t[i], NULL);
+                ok += a2[i].ok;
+            }
+            printf("ok %d\n", ok);
+        } else if (!strcmp(cmd, "sync")) {
+            rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "exec")) { /* the same program anew, same pid and pipes */
+            fflush(stdout);
+            execv("/proc/self/exe", argv);
+            printf("err exec\n");
+        } else if (!strcmp(cmd, "exit")) {
+            printf("ok\n");
+            return 0;
+        } else {
+            printf("err unknown command %s\n", cmd);
+        }
+    }
+    return 0;
+}
