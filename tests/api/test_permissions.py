@@ -19,7 +19,14 @@ import pytest
 from gpupool.control.context import ControlPlane
 from tests.api.helpers import ROLES, Api, make_api
 
-AGENT_REG = {"node": "n1", "cpu_milli": 1000, "memory_mib": 1024, "agent_version": "t"}
+AGENT_REG: dict[str, Any] = {
+    "node": "n1",
+    "cpu_milli": 1000,
+    "memory_mib": 1024,
+    "agent_version": "t",
+    # Registering again with the same devices: a device left out would leave the node.
+    "devices": [{"uuid": "n1-gpu0", "index": 0, "model": "T4", "memory_mib": 15360}],
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ CASES = [
     Case(
         "POST", "/v1/nodes/{name}/state", "ok ok 403 403 403 403", None, lambda t: {"state": "up"}
     ),
+    Case("DELETE", "/v1/nodes/{name}", "ok ok 403 403 403 403"),  # 409: n1 is up
     Case("GET", "/v1/devices", "ok ok ok ok ok 403"),
     Case(
         "POST",
@@ -231,10 +239,7 @@ def _outcome(status: int) -> str:
 def api(cp: ControlPlane) -> Api:
     api = make_api(cp)
     agent = api.tokens["agent"]
-    reg = dict(
-        AGENT_REG, devices=[{"uuid": "n1-gpu0", "index": 0, "model": "T4", "memory_mib": 15360}]
-    )
-    assert api.call(agent, "POST", "/v1/agent/register", reg).status_code == 200
+    assert api.call(agent, "POST", "/v1/agent/register", AGENT_REG).status_code == 200
     return api
 
 

@@ -46,14 +46,15 @@ def test_pool_views_share_free_capacity_but_not_usability():
     assert cap.nodes_of("p1").tolist() == [True, False]
 
 
-def test_a_mixed_model_node_uses_its_majority_model_only():
+def test_a_mixed_model_node_uses_every_device_with_its_own_model():
     snap = SnapshotBuilder().node("n1", gpus=2, model="A100").build()
     from dataclasses import replace
 
     odd = replace(snap.devices[1], model="T4")
     snap = replace(snap, devices=(snap.devices[0], odd))
     cap = build_capacity(snap)
-    assert cap.arrays.usable.tolist() == [[True, False]]
+    assert cap.arrays.usable.tolist() == [[True, True]]
+    assert [cap.arrays.model_names[m] for m in cap.arrays.slot_model[0]] == ["A100", "T4"]
 
 
 def test_topology_slots_fall_back_to_index_order_without_nvlink_information():

@@ -129,9 +129,18 @@ class LivePool:
         assert r.status_code < 300, f"{method} {path} as {who}: {r.status_code} {r.text}"
         return r.json() if r.content else None
 
-    def submit(self, who: str, name: str, gpus: str = "0.5", seconds: int = 120) -> str:
+    def submit(
+        self,
+        who: str,
+        name: str,
+        gpus: str = "0.5",
+        seconds: int = 120,
+        *,
+        queue_anyway: bool = False,  # a job no node could hold: pending instead of refused
+    ) -> str:
         spec = {"name": name, "command": ["sleep", str(seconds)], "resources": {"gpus": gpus}}
-        return str(self.call(who, "POST", "/v1/jobs", {"spec": spec})["job"]["id"])
+        body = {"spec": spec, "queue_anyway": queue_anyway}
+        return str(self.call(who, "POST", "/v1/jobs", body)["job"]["id"])
 
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(self.call("admin", "GET", f"/v1/jobs/{job_id}"))

@@ -233,7 +233,7 @@ def test_owner_holds_and_releases_a_pending_job_from_the_job_page(
     assert page.locator("#hold").count() == 0  # running: nothing to hold
     pool.call("admin", "POST", f"/v1/jobs/{job_id}/cancel", {})
     # A job too large for this pool stays pending: hold it from the page.
-    big = pool.submit("alice", "too-big", gpus="8")
+    big = pool.submit("alice", "too-big", gpus="8", queue_anyway=True)
     page.goto(f"{pool.url}/#/jobs/{big}")
     page.wait_for_selector("h1:has-text('too-big')")
     page.click("#hold")
@@ -308,7 +308,7 @@ def test_nodes_teams_and_usage_pages_render_accessibly_and_usage_downloads_csv(
 
 
 def test_pending_job_page_says_why_it_waits(page: Any, pool: LivePool, shots: Path) -> None:
-    job_id = pool.submit("alice", "too-big", gpus="8")
+    job_id = pool.submit("alice", "too-big", gpus="8", queue_anyway=True)
     sign_in(page, pool, "alice", f"#/jobs/{job_id}")
     page.wait_for_selector("h1:has-text('too-big')")
     page.wait_for_selector(".facts dt:has-text('Why pending')")

@@ -36,6 +36,7 @@ from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
 from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
+    agent_identity,
     default_address,
     host_cpu_milli,
     host_memory_mib,
@@ -138,6 +139,7 @@ class Agent(GpuRules):
         self.backoff.cap_at(self.interval_s)
         self.last_error: str | None = None
         self._meta_path = config.state_dir / "agent.json"
+        self.agent_id = agent_identity(config.state_dir)
         meta = read_json(self._meta_path) or {}
         self.epoch = int(meta.get("epoch", 0))
         self.checkpoint_root = config.checkpoint_root or config.state_dir / "checkpoints"
@@ -213,6 +215,7 @@ class Agent(GpuRules):
             isolation_modes=offered_modes(mps=self.mps is not None, mig=bool(self._mig)),
             labels=self.config.labels,
             pool=self.config.pool,
+            agent_id=self.agent_id,
         )
 
     def register(self) -> None:

@@ -6,13 +6,20 @@ and a MIG-enabled GPU without instances registers nothing). A MIG instance's mod
 profile (``MIG 1g.18gb``), so a request for an ``H200`` never lands on a slice of one.
 NVLink groups are the connected components of the NVLink peer graph, numbered by their lowest
 device index; a GPU without peers has no group (``None``).
+
+The **agent id** (:func:`agent_identity`) tells the server which agent speaks for a node: a
+random id made once per state folder (``<state>/agent-id``), so a restarted agent is the same
+agent and a second agent given the same node name (two machines with one host name, or a copy
+started by mistake) is not; the server refuses the second while the first is alive.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import socket
+from pathlib import Path
 
 from gpupool.gpu.base import DeviceInfo
 from gpupool.schemas.agent import DeviceInfo as WireDevice
@@ -23,6 +30,23 @@ def default_node_name() -> str:
     host = socket.gethostname().split(".")[0].lower()
     name = re.sub(r"[^a-z0-9-]+", "-", host).strip("-")[:63]
     return name or "node"
+
+
+def agent_identity(state_dir: Path) -> str:
+    """This agent's id: read from ``<state_dir>/agent-id``, made there on first use."""
+    path = state_dir / "agent-id"
+    try:
+        found = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        found = ""
+    if re.fullmatch(r"[0-9a-f]{16,64}", found):
+        return found
+    state_dir.mkdir(parents=True, exist_ok=True)
+    made = secrets.token_hex(16)
+    tmp = path.with_name("agent-id.tmp")
+    tmp.write_text(made + "\n", encoding="ascii")
+    os.replace(tmp, path)
+    return made
 
 
 def default_address() -> str:

@@ -1,7 +1,10 @@
-"""Infrastructure commands: ``nodes``, ``gpus`` (inventory with live telemetry), ``drain`` and
-``resume`` (like ``scontrol update nodename=X state=drain``).
+"""Infrastructure commands: ``nodes`` (and ``nodes delete``), ``gpus`` (inventory with live
+telemetry), ``drain`` and ``resume`` (like ``scontrol update nodename=X state=drain``).
 
 A **draining** node keeps its running jobs but takes no new ones; ``resume`` puts it back up.
+A node that is **down** (its agent silent past the node timeout) and holds no job may be
+deleted (``gpupool nodes delete NAME``, like ``scontrol delete nodename=X``); its agent, if it
+returns, registers it anew.
 """
 
 from __future__ import annotations
@@ -15,22 +18,46 @@ from gpupool.cli import render
 from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, emit, print_json, session
 from gpupool.control.clock import SystemClock
 
+nodes_app = typer.Typer(name="nodes", no_args_is_help=False, invoke_without_command=True)
 
-def nodes(server: ServerOpt = None, token: TokenOpt = None, json_out: JsonOpt = False) -> None:
-    """List the pool's nodes: state, GPUs, isolation modes, last heartbeat.
+
+@nodes_app.callback()
+def nodes(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, json_out: JsonOpt = False
+) -> None:
+    """List the pool's nodes: state, GPUs, isolation modes, last heartbeat; or delete a down one.
 
     Examples:
 
       gpupool nodes
 
       gpupool nodes --json
+
+      gpupool nodes delete gpu-07
     """
+    if ctx.invoked_subcommand is not None:
+        return
     with session(server, token) as gp:
         found = gp.nodes()
         if json_out:
             print_json(found)
             return
         emit(render.nodes_table(found, SystemClock().now()))
+
+
+@nodes_app.command("delete")
+def nodes_delete(
+    name: Annotated[str, typer.Argument(help="node name")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Remove a node that is down and holds no job, with its GPUs (operator or admin; audited).
+
+    Example: gpupool nodes delete gpu-07
+    """
+    with session(server, token) as gp:
+        gp.delete_node(name)
+        typer.echo(f"node {name} deleted")
 
 
 def gpus(
@@ -109,5 +136,6 @@ def resume(
 
 
 def install(app: typer.Typer) -> None:
-    for command in (nodes, gpus, drain, resume):
+    app.add_typer(nodes_app)
+    for command in (gpus, drain, resume):
         app.command(name=command.__name__)(command)

@@ -263,6 +263,13 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
         str | None,
         typer.Option("-a", "--array", help="a job array: 0-9, 0-20:5 or 1,3,8-10 (submit only)"),
     ] = None,
+    queue_anyway: Annotated[
+        bool,
+        typer.Option(
+            "--queue-anyway",
+            help="queue it even if no node of the pool could hold it, for nodes yet to join",
+        ),
+    ] = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -287,7 +294,13 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
         if array is not None:
-            tasks = gp.submit_array(spec, array=array, workdir_upload=upload, hold=params["hold"])
+            tasks = gp.submit_array(
+                spec,
+                array=array,
+                workdir_upload=upload,
+                hold=params["hold"],
+                queue_anyway=params["queue_anyway"],
+            )
             if parsable:
                 typer.echo("\n".join(t.id for t in tasks))
             elif json_out:
@@ -298,7 +311,12 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
                     f"({tasks[0].name} .. {tasks[-1].name}) to pool {tasks[0].pool}"
                 )
             return
-        job = gp.submit(spec, workdir_upload=upload, hold=params["hold"])
+        job = gp.submit(
+            spec,
+            workdir_upload=upload,
+            hold=params["hold"],
+            queue_anyway=params["queue_anyway"],
+        )
         if parsable:
             typer.echo(job.id)
         elif json_out and not follow:

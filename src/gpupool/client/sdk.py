@@ -223,6 +223,7 @@ class Client:
         retries: int = 2,
         workdir_upload: str | None = None,
         hold: bool = False,
+        queue_anyway: bool = False,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
@@ -233,9 +234,14 @@ class Client:
         with the same key: the server then returns the job the first attempt may have made,
         never a second one. ``workdir_upload`` is an id from :meth:`upload_workdir`: the job
         runs in that folder, unpacked on its node. ``hold=True`` submits it held (like
-        ``sbatch --hold``): it waits until :meth:`release`.
+        ``sbatch --hold``): it waits until :meth:`release`. A job no node of its pool could
+        ever hold (more GPU memory than any card, more GPUs or CPUs than any node, a GPU type
+        no node has) is refused with the limit that fails; ``queue_anyway=True`` stores it
+        anyway, to wait for nodes yet to join.
         """
         payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
+        if queue_anyway:
+            payload["queue_anyway"] = True
         return self._post_submit(payload, retries).job
 
     def submit_array(
@@ -247,6 +253,7 @@ class Client:
         retries: int = 2,
         workdir_upload: str | None = None,
         hold: bool = False,
+        queue_anyway: bool = False,
         **options: Any,
     ) -> builtins.list[JobView]:
         """Submit a job array (like ``sbatch --array``): one job per index of ``array``
@@ -255,6 +262,8 @@ class Client:
         (one key for the whole array)."""
         payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
         payload["array"] = array
+        if queue_anyway:
+            payload["queue_anyway"] = True
         return self._post_submit(payload, retries).array
 
     def _submit_payload(
@@ -558,6 +567,10 @@ class Client:
 
     def node(self, name: str) -> NodeView:
         return self._get(NodeView, f"/v1/nodes/{name}")
+
+    def delete_node(self, name: str) -> None:
+        """Remove a node that is down and holds no assignment (operator or admin)."""
+        self.request("DELETE", f"/v1/nodes/{name}")
 
     def devices(self) -> builtins.list[DeviceView]:
         return self._get_list(DeviceView, "/v1/devices")

@@ -25,6 +25,7 @@ from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.batching import GroupCommit
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
+from gpupool.control.envelope import envelopes
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.jobedit import updated_spec
 from gpupool.control.jobstate import move, order_stop
@@ -157,6 +158,7 @@ class PendingSubmit:
     workdir_upload: str | None = None
     held: bool = False  # submitted held: it waits until released
     array: ArrayTask | None = None  # a task of a job array
+    queue_anyway: bool = False  # store it even if no node of its pool could hold it
 
 
 #: What storing one submit came to: the job and whether it was created now, or the error.
@@ -177,14 +179,19 @@ class JobService:
         *,
         workdir_upload: str | None = None,
         held: bool = False,
+        queue_anyway: bool = False,
     ) -> tuple[Job, bool]:
         """Validate and store a job; returns it and whether it was created now.
 
         ``workdir_upload`` names an upload of the job's tenant (see
         :mod:`gpupool.control.uploads`); it is kept in the job's stored spec and sent to the
         agent, which unpacks it and runs the job there. ``held``: the job is stored held and
-        waits until released (an idempotent retry returns the first job as it is)."""
-        pending = replace(self.prepare(actor, data, idempotency_key), held=held)
+        waits until released (an idempotent retry returns the first job as it is).
+        ``queue_anyway``: store it even when no node of its pool could hold it (see
+        :mod:`gpupool.control.envelope`); otherwise such a job is refused."""
+        pending = replace(
+            self.prepare(actor, data, idempotency_key), held=held, queue_anyway=queue_anyway
+        )
         if workdir_upload is not None:
             UploadService(self.cp).check_for_job(actor.principal, workdir_upload, pending.tenant)
             pending = replace(pending, workdir_upload=workdir_upload)
@@ -200,12 +207,13 @@ class JobService:
         idempotency_key: str | None = None,
         *,
         held: bool = False,
+        queue_anyway: bool = False,
     ) -> tuple[Job, bool]:
         """:meth:`submit` (without an upload) through group commit: concurrent submits share
         one transaction; this returns after the commit. Call it from an event loop."""
         pending = self.prepare(actor, data, idempotency_key)
-        if held:
-            pending = replace(pending, held=True)
+        if held or queue_anyway:
+            pending = replace(pending, held=held, queue_anyway=queue_anyway)
         if self._batcher is None:
             self._batcher = GroupCommit(
                 self.write_submits,
@@ -318,6 +326,11 @@ class JobService:
                         f"priority class {spec.priority_class!r} does not exist: use one of {names}"
                     )
                     continue
+                if not item.queue_anyway:
+                    refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec)
+                    if refusal is not None:
+                        outcomes[n] = Invalid(refusal)
+                        continue
                 job = Job(
                     id=new_job_id(),
                     spec=spec,

@@ -1,10 +1,13 @@
 """Nodes and devices: registration, listing, draining, and failure detection.
 
 A node registers with its devices; registering again (agent restart) updates the inventory
-and keeps each known device's pool. A device that disappears from the inventory is marked
-unhealthy (so nothing new is placed on it) rather than deleted, because its slices and usage
-history still point at it. A node silent for longer than ``node_timeout_s`` is marked ``down``:
-its live assignments end as ``NODE_FAIL`` (and requeue where the job's policy allows).
+and keeps each known device's pool. A device the agent no longer reports leaves the node (its
+usage history stays: it names the device, not the row); one that a live slice still holds is
+marked unhealthy instead, so nothing new goes there, and leaves at a later registration. A node
+silent for longer than ``node_timeout_s`` is marked ``down``: its live assignments end as
+``NODE_FAIL`` (and requeue where the job's policy allows). An operator may delete a node that
+is down and holds no assignment (:meth:`NodeService.delete`); its agent, if it ever returns,
+registers it anew.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from gpupool.control import audit
 from gpupool.control.accounting import accrue
 from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
-from gpupool.control.errors import Invalid, NotFound
+from gpupool.control.envelope import envelopes
+from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.control.jobstate import attempt_outcome, finish_job, release_slices
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
@@ -99,6 +103,19 @@ def _device_slices(s: Session, principal: Principal) -> dict[str, tuple[DeviceSl
     return {k: tuple(v) for k, v in out.items()}
 
 
+def _devices_held(s: Session, uuids: list[str]) -> set[str]:
+    """Which of ``uuids`` an active slice holds."""
+    if not uuids:
+        return set()
+    return set(
+        s.scalars(
+            select(SliceModel.device_uuid).where(
+                SliceModel.device_uuid.in_(uuids), SliceModel.active.is_(True)
+            )
+        )
+    )
+
+
 def current_epoch(session: Session) -> int:
     """The scheduling epoch now in force (0 before any leader took over)."""
     row = session.get(LeaderModel, 1)
@@ -124,6 +141,10 @@ class NodeService:
             if node is None:
                 node = NodeModel(name=req.node, registered_at=now)
                 s.add(node)
+            else:
+                self._refuse_a_second_agent(node, req, now)
+            if req.agent_id is not None:
+                node.agent_id = req.agent_id
             node.address = req.address
             node.cpu_milli = req.cpu_milli
             node.memory_mib = req.memory_mib
@@ -155,17 +176,43 @@ class NodeService:
                 dev.mig_parent = info.mig_parent
                 dev.mig_profile = info.mig_profile
                 dev.health = DeviceHealth.HEALTHY.value
-            for uuid, dev in known.items():
-                if uuid not in seen:
+            gone = [dev for uuid, dev in known.items() if uuid not in seen]
+            held = _devices_held(s, [d.uuid for d in gone])
+            for dev in gone:
+                if dev.uuid in held:
                     dev.health = DeviceHealth.UNHEALTHY.value
+                else:
+                    s.delete(dev)
             audit.record(s, actor, "node.register", now, target=req.node)
             epoch = current_epoch(s)
+        envelopes(self.cp).invalidate()  # submits judge by the new inventory at once
         self.cp.poke()
         return RegisterResponse(
             node_id=req.node,
             epoch=epoch,
             heartbeat_interval_s=self.cp.settings.heartbeat_interval_s,
             server_version=__version__,
+        )
+
+    def _refuse_a_second_agent(self, node: NodeModel, req: RegisterRequest, now: float) -> None:
+        """A node is spoken for by one agent: while it is alive (not down, heard within the node
+        timeout), a registration from an agent with another id is refused, so two agents never
+        merge their devices into one node. Agents that send no id are not checked."""
+        timeout = self.cp.settings.node_timeout_s
+        if (
+            req.agent_id is None
+            or node.agent_id is None
+            or node.agent_id == req.agent_id
+            or node.state == NodeState.DOWN.value
+            or now - node.last_heartbeat > timeout
+        ):
+            return
+        raise Conflict(
+            f"node {node.name} is already served by a live agent (at {node.address or '?'}, "
+            f"last heartbeat {max(0.0, now - node.last_heartbeat):.0f}s ago): give this agent "
+            f"its own name with --node NAME (the default is the host name), or stop the other "
+            f"agent; the name is free again once the node is marked down ({timeout:.0f}s "
+            "without heartbeats)"
         )
 
     def list_nodes(self, principal: Principal) -> list[NodeView]:
@@ -192,6 +239,40 @@ class NodeService:
                 )
                 for n in s.scalars(select(NodeModel).order_by(NodeModel.name))
             ]
+
+    def delete(self, actor: Actor, name: str) -> None:
+        """Remove a node that is down and holds no assignment, with its devices (audited)."""
+        require(actor.principal, Permission.NODE_MANAGE)
+        now = self.cp.now()
+        with self.cp.tx() as s:
+            row = s.get(NodeModel, name)
+            if row is None:
+                raise NotFound(f"node {name!r} not found: list nodes with `gpupool nodes`")
+            if row.state != NodeState.DOWN.value:
+                raise Conflict(
+                    f"node {name} is {row.state}: only a down node can be deleted. Drain it "
+                    f"(gpupool drain {name}), stop its agent and wait until it is marked down "
+                    f"({self.cp.settings.node_timeout_s:.0f}s without heartbeats), then delete it"
+                )
+            live = s.scalars(
+                select(AssignmentModel.job_id).where(
+                    AssignmentModel.node == name, AssignmentModel.state != "finished"
+                )
+            ).all()
+            if live:
+                raise Conflict(
+                    f"node {name} still holds {len(live)} assignment(s) (jobs "
+                    f"{', '.join(sorted(set(live))[:5])}): wait for them to end, or cancel them "
+                    "with gpupool cancel, then delete it"
+                )
+            for dev in s.scalars(select(DeviceModel).where(DeviceModel.node == name)):
+                s.delete(dev)
+            s.delete(row)
+            message = f"node {name} deleted by {actor.principal.user}"
+            s.add(EventModel(time=now, kind="node.deleted", subject=name, message=message))
+            audit.record(s, actor, "node.delete", now, target=name)
+        envelopes(self.cp).invalidate()
+        self.cp.poke()
 
     def get(self, principal: Principal, name: str) -> NodeView:
         for view in self.list_nodes(principal):

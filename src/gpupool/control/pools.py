@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from gpupool.control import audit
 from gpupool.control.auth import Actor, Principal, require
 from gpupool.control.context import ControlPlane
+from gpupool.control.envelope import envelopes
 from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import Pool
@@ -67,6 +68,7 @@ class PoolService:
                 s, actor, "pool.create" if created else "pool.update", now, target=pool.name
             )
         self.cp.catalog.invalidate()
+        envelopes(self.cp).invalidate()  # overcommit and pools change what a node holds
         self.cp.poke()
         return pool, created
 
@@ -88,6 +90,7 @@ class PoolService:
             s.delete(row)
             audit.record(s, actor, "pool.delete", now, target=name)
         self.cp.catalog.invalidate()
+        envelopes(self.cp).invalidate()  # overcommit and pools change what a node holds
 
     def move_device(self, actor: Actor, uuid: str, pool: str) -> None:
         require(actor.principal, Permission.NODE_MANAGE)
@@ -100,4 +103,5 @@ class PoolService:
                 raise Invalid(f"pool {pool!r} does not exist: create it first")
             device.pool = pool
             audit.record(s, actor, "device.move", now, target=f"{uuid}->{pool}")
+        envelopes(self.cp).invalidate()
         self.cp.poke()

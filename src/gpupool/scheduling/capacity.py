@@ -12,9 +12,10 @@ Words:
 - **row** / **slot**: a node's row and a device's column in the arrays.
 - **promisable memory** of a device: physical memory times its pool's ``memory_overcommit``,
   rounded down; ``free_mem`` starts there and running replicas' promised memory is subtracted.
-- a node's **model** is the model of most of its devices (ties: the first by index). Devices of
-  another model on a mixed node are not usable (the arrays hold one model per node row); real
-  clusters rarely mix models inside a node.
+- a slot's **model** is its device's (``slot_model``); a node may mix models and every healthy
+  device of every model is usable. A node's ``node_model`` is the model of most of its devices
+  (ties: the first by index), for per-node heuristics only (see
+  :mod:`gpupool.scheduling.placement.base`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def pool_view(
         cpu_total=base.cpu_total,
         gpu_count=mask.sum(axis=1).astype(np.int64) if gpu_count is None else gpu_count,
         physical_mem=base.physical_mem,
+        slot_model=base.slot_model,
     )
     view.share_cache(base)
     return view
@@ -246,6 +248,7 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         cpu_total=layout.cpu_total,
         gpu_count=layout.gpu_count,
         physical_mem=layout.physical_mem,
+        slot_model=layout.slot_model,
     )
     arrays._proportional = layout.proportional  # physical_mem is the layout's: same results
     cap = ClusterCapacity(

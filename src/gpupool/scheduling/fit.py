@@ -46,7 +46,7 @@ def resolved(capacity: CapacityArrays, shape: Shape, choice: Choice) -> Shape:
     """``shape`` with its memory per device made explicit for the chosen slots."""
     if shape.memory_mib is not None or not choice.slots:
         return shape
-    # Proportional memory is the same on every slot of one node (one model per node row).
+    # Proportional memory is the same on every slot of one choice (one model per replica).
     need = int(capacity.physical_mem[choice.node, choice.slots[0]]) * shape.milli // MILLI_PER_GPU
     return Shape(
         shape.milli, shape.count, need, shape.cpu_milli, shape.host_memory_mib, shape.models
@@ -141,7 +141,7 @@ def replicas_that_fit(capacity: CapacityArrays, shape: Shape, nodes: BoolArray) 
         per_slot = np.where(slots, capacity.free_milli[rows] // shape.milli, 0)
         per_node = per_slot.sum(axis=1)
     else:
-        per_node = slots.sum(axis=1) // shape.count
+        per_node = capacity.whole_per_row(capacity.slot_fits(shape), shape.count)[rows]
     cpu_cap = capacity.cpu_free[rows] // max(shape.cpu_milli, 1)
     return int(np.minimum(per_node, cpu_cap).sum())
 
@@ -173,31 +173,32 @@ def diagnose(
 ) -> tuple[PendingReason, str]:
     """Why ``replicas`` x ``shape`` does not place on ``live`` (``empty``: the pool unused)."""
     what = describe(shape, replicas)
-    if shape.count > 0:
-        has_gpus = nodes & (live.gpu_count > 0)
-        if shape.models is not None:
-            allowed = np.asarray(shape.models, dtype=np.bool_)[live.node_model]
-            if not (has_gpus & allowed).any():
-                return (
-                    PendingReason.NO_DEVICE_OF_TYPE,
-                    f"pool {pool} has no usable GPU of an allowed type for {what}: allow more "
-                    "GPU types or use another pool",
-                )
+    if shape.count > 0 and shape.models is not None:
+        allowed = (live.usable & live.model_allowed(shape.models)).any(axis=1)
+        if not (nodes & allowed).any():
+            return (
+                PendingReason.NO_DEVICE_OF_TYPE,
+                f"pool {pool} has no usable GPU of an allowed type for {what}: allow more "
+                "GPU types or use another pool",
+            )
     ever = replicas_that_fit(empty, shape, nodes)
     if ever < replicas:
-        biggest = int(empty.gpu_count[nodes].max()) if nodes.any() else 0
+        mixed = shape.count > 1 and bool(nodes[empty.mixed_rows].any())
+        gpus = empty.count_one_model(empty.usable) if mixed else empty.gpu_count
+        biggest = int(gpus[nodes].max()) if nodes.any() else 0
         most_cpu = int(empty.cpu_total[nodes].max()) if nodes.any() else 0
+        kind = "GPUs of one model" if mixed else "GPUs"
         return (
             PendingReason.TOO_LARGE,
             f"{what} does not fit pool {pool} even when it is empty (its largest node has "
-            f"{biggest} GPUs and {format_cpus(most_cpu)} CPUs): ask for less per replica",
+            f"{biggest} {kind} and {format_cpus(most_cpu)} CPUs): ask for less per replica",
         )
     model_ok = nodes.copy()
-    if shape.models is not None:
-        model_ok &= np.asarray(shape.models, dtype=np.bool_)[live.node_model]
     if shape.count > 0:
         milli_ok = live.usable & (live.free_milli >= shape.milli)
-        stage_gpu = model_ok & (milli_ok.sum(axis=1) >= shape.count)
+        if shape.models is not None:
+            milli_ok &= live.model_allowed(shape.models)
+        stage_gpu = model_ok & (live.count_one_model(milli_ok) >= shape.count)
         if not stage_gpu.any():
             free = (
                 f"{shape.count} free GPU(s)"
@@ -208,7 +209,7 @@ def diagnose(
                 PendingReason.INSUFFICIENT_GPU,
                 f"no node of pool {pool} has {free} for {what}; it starts when running jobs end",
             )
-        stage_mem = model_ok & (live.slot_fits(shape).sum(axis=1) >= shape.count)
+        stage_mem = model_ok & (live.count_one_model(live.slot_fits(shape)) >= shape.count)
         if not stage_mem.any():
             return (
                 PendingReason.INSUFFICIENT_MEMORY,

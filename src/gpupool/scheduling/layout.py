@@ -65,7 +65,8 @@ class CapacityLayout:
 
     node_names: tuple[str, ...]
     model_names: tuple[str, ...]
-    node_model: IntArray
+    node_model: IntArray  # the majority model of each node (per-node heuristics only)
+    slot_model: IntArray  # [N, G] the model of each slot's device, -1 on padding
     free_milli: IntArray  # 1000 on every real device, 0 on padding
     total_mem: IntArray
     physical_mem: IntArray
@@ -122,11 +123,12 @@ def build_layout(
         _majority_model([devices[i].model for i in by_node[name]]) if by_node[name] else ""
         for name in node_names
     ]
-    model_names = tuple(sorted({m for m in node_model_name if m}))
+    model_names = tuple(sorted({d.model for d in devices if d.model}))
     model_index = {m: i for i, m in enumerate(model_names)}
     overcommit = {p.name: p.memory_overcommit for p in pools}
 
     physical = np.zeros((n, g), dtype=np.int64)
+    slot_model = np.full((n, g), -1, dtype=np.int64)
     total_mem = np.zeros((n, g), dtype=np.int64)
     usable = np.zeros((n, g), dtype=np.bool_)
     nvlink = np.full((n, g), -1, dtype=np.int64)
@@ -147,13 +149,11 @@ def build_layout(
         for slot, i in enumerate(by_node[name]):
             dev = devices[i]
             physical[row, slot] = dev.memory_mib
+            slot_model[row, slot] = model_index.get(dev.model, 0)
             ratio = overcommit.get(dev.pool, 1.0)
             total_mem[row, slot] = int(dev.memory_mib * ratio)
             usable[row, slot] = (
-                schedulable[row]
-                and dev.health is DeviceHealth.HEALTHY
-                and dev.model == node_model_name[row]
-                and dev.pool in overcommit
+                schedulable[row] and dev.health is DeviceHealth.HEALTHY and dev.pool in overcommit
             )
             if dev.nvlink_group is not None:
                 nvlink[row, slot] = dev.nvlink_group
@@ -181,6 +181,7 @@ def build_layout(
         node_names=tuple(node_names),
         model_names=model_names or ("",),
         node_model=_frozen(node_model),
+        slot_model=_frozen(slot_model),
         free_milli=_frozen(np.where(physical > 0, 1000, 0).astype(np.int64)),
         total_mem=_frozen(total_mem),
         physical_mem=_frozen(physical),

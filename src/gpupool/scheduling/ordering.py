@@ -95,11 +95,14 @@ class _PoolFacts:
         arrays = capacity.arrays
         mask = capacity.mask(pool)
         self.total_milli = int(mask.sum()) * MILLI_PER_GPU
-        free = np.where(mask, np.maximum(arrays.free_milli, 0), 0).sum(axis=1)
-        total = mask.sum(axis=1) * MILLI_PER_GPU
+        # Per slot, by the slot's own model (a node may mix models).
+        models = arrays.slot_model[mask]
+        free = np.maximum(arrays.free_milli[mask], 0)
         n_models = len(arrays.model_names)
-        self.free_by_model = np.bincount(arrays.node_model, weights=free, minlength=n_models)
-        self.total_by_model = np.bincount(arrays.node_model, weights=total, minlength=n_models)
+        self.free_by_model = np.bincount(models, weights=free, minlength=n_models)
+        self.total_by_model = np.bincount(
+            models, weights=np.full(len(models), float(MILLI_PER_GPU)), minlength=n_models
+        )
         self._eff: dict[tuple[bool, ...] | None, float] = {}
 
     def efficiency(self, models: tuple[bool, ...] | None) -> float:

@@ -247,6 +247,7 @@ def intersect(live: CapacityArrays, shadow: CapacityArrays) -> CapacityArrays:
         cpu_total=live.cpu_total,
         gpu_count=live.gpu_count,
         physical_mem=live.physical_mem,
+        slot_model=live.slot_model,
     )
     both.share_cache(live)
     return both

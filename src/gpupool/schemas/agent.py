@@ -83,6 +83,16 @@ class RegisterRequest(WireModel):
     )
     labels: dict[str, str] = Field(default_factory=dict)
     pool: str | None = None
+    agent_id: str | None = Field(
+        default=None,
+        min_length=16,
+        max_length=64,
+        pattern=r"^[0-9a-f]+$",
+        description=(
+            "the agent's own id, kept in its state folder: while the node's agent is alive, a "
+            "registration with another id (a second agent claiming the name) is refused (409)"
+        ),
+    )
 
 
 class RegisterResponse(WireModel):

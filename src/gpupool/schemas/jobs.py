@@ -36,6 +36,14 @@ class SubmitJobRequest(WireModel):
         max_length=1000,
         description="a job array (like sbatch --array): 0-9, 0-20:5 or 1,3,8-10; one job a task",
     )
+    queue_anyway: bool = Field(
+        default=False,
+        description=(
+            "store the job even when no node of its pool could hold it (more GPU memory than "
+            "any card, more GPUs or CPUs than any node, a GPU type no node has): it pends for "
+            "nodes yet to join. Without it such a submit is refused (422) with the limit"
+        ),
+    )
 
 
 class UpdateJobRequest(WireModel):

@@ -120,6 +120,8 @@ class NodeModel(Base):
     isolation_modes: Mapped[list[str]] = mapped_column(JSON, default=list)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
+    # The id of the agent that speaks for the node (None: an agent that sends none).
+    agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class DeviceModel(Base):

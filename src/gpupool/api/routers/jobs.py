@@ -63,12 +63,15 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
             key,
             held=body.hold,
             workdir_upload=body.workdir_upload,
+            queue_anyway=body.queue_anyway,
         )
         views = [job_view(t) for t in tasks]
         view = SubmitJobResponse(job=views[0], created=created, array=views)
     else:
         if body.workdir_upload is None:
-            job, created = await svc.jobs.submit_async(act, body.spec, key, held=body.hold)
+            job, created = await svc.jobs.submit_async(
+                act, body.spec, key, held=body.hold, queue_anyway=body.queue_anyway
+            )
         else:
             job, created = await run_in_threadpool(
                 svc.jobs.submit,
@@ -77,6 +80,7 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
                 key,
                 workdir_upload=body.workdir_upload,
                 held=body.hold,
+                queue_anyway=body.queue_anyway,
             )
         view = SubmitJobResponse(job=job_view(job), created=created)
     # The view was validated when built: serialise it as it is (FastAPI would validate the

@@ -1,4 +1,5 @@
-"""``/v1/nodes`` and ``/v1/devices``: inventory, draining, moving devices between pools."""
+"""``/v1/nodes`` and ``/v1/devices``: inventory, draining, deleting a down node, moving devices
+between pools."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ def set_node_state(name: str, body: SetNodeStateRequest, svc: Svc, act: Act) -> 
         raise Invalid(f"node state {body.state!r} is not valid: use 'up' or 'draining'") from None
     svc.nodes.set_state(act, name, state)
     return node_view(svc.nodes.get(act.principal, name))
+
+
+@router.delete("/v1/nodes/{name}", status_code=204)
+def delete_node(name: str, svc: Svc, act: Act) -> None:
+    """Remove a node that is down and holds no assignment (409 otherwise, saying what to do)."""
+    svc.nodes.delete(act, name)
 
 
 @router.get("/v1/devices", response_model=list[DeviceView])

@@ -11,6 +11,13 @@ Words:
   node's GPU count are padding and never ``usable``.
 - **shape**: what one replica needs, resolved to integers (:class:`Shape`).
 - **choice**: a node row and the slots it takes (:class:`Choice`).
+- **model** of a slot: ``slot_model[n, g]``, an index into ``model_names`` (-1 on padding).
+  A node may mix models (two A100s and two T4s): every slot is placeable and a request's
+  allowed models (``Shape.models``) are checked per slot. One replica's GPUs are always of
+  one model (its memory per device and its speed are one number), so on a mixed node a
+  replica of several GPUs counts, and takes, the slots of a single model.
+  ``node_model`` is a node's majority model, kept only for per-node heuristics
+  (fragmentation, scarcity levels) that treat a node as one model.
 
 ``CapacityArrays`` is updated incrementally with :meth:`CapacityArrays.allocate` and
 :meth:`CapacityArrays.release` as the scheduler commits placements within a cycle, so no
@@ -86,7 +93,7 @@ class CapacityArrays:
 
     node_names: tuple[str, ...]
     model_names: tuple[str, ...]
-    node_model: IntArray  # [N] index into model_names (one model per node, as in real clusters)
+    node_model: IntArray  # [N] index into model_names: the node's majority model (heuristics)
     free_milli: IntArray  # [N, G]
     free_mem: IntArray  # [N, G]
     total_mem: IntArray  # [N, G] physical memory times overcommit (for proportional requests)
@@ -97,6 +104,8 @@ class CapacityArrays:
     cpu_total: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     gpu_count: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     physical_mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    # [N, G] model index of each slot (-1 on padding); defaults to node_model on every slot.
+    slot_model: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
     _proportional: dict[int, IntArray] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -112,10 +121,78 @@ class CapacityArrays:
             self.cpu_total = self.cpu_free.copy()
         if self.gpu_count.shape != (n,):
             self.gpu_count = self.usable.sum(axis=1).astype(np.int64)
+        if self.slot_model.shape != (n, g):
+            self.slot_model = np.repeat(self.node_model.reshape(n, 1), g, axis=1)
+        self._mixed: IntArray | None = None  # rows whose slots hold several models (lazy)
 
     @property
     def num_nodes(self) -> int:
         return int(self.free_milli.shape[0])
+
+    @property
+    def mixed_rows(self) -> IntArray:
+        """The rows whose slots hold more than one model (computed once, shared by views)."""
+        if self._mixed is None:
+            real = self.slot_model >= 0
+            top = np.where(real, self.slot_model, -1).max(axis=1, initial=-1)
+            low = np.where(real, self.slot_model, np.iinfo(np.int64).max).min(
+                axis=1, initial=np.iinfo(np.int64).max
+            )
+            self._mixed = np.flatnonzero(real.any(axis=1) & (top != low)).astype(np.int64)
+        return self._mixed
+
+    def model_allowed(self, models: tuple[bool, ...]) -> BoolArray:
+        """[N, G] mask of the slots whose model is in ``models`` (padding never is)."""
+        allowed = np.zeros(len(self.model_names) + 1, dtype=np.bool_)
+        width = min(len(models), len(self.model_names))
+        allowed[:width] = models[:width]
+        found: BoolArray = allowed[self.slot_model]  # -1 (padding) reads the last, False
+        return found
+
+    def count_one_model(self, fits: BoolArray) -> npt.NDArray[np.float64]:
+        """[N] fitting slots per row, of the single model with most of them on mixed rows.
+
+        ``fits`` is an [N, G] mask (e.g. :meth:`slot_fits`); on rows with one model this is
+        its row sum.
+        """
+        counts: npt.NDArray[np.float64] = fits @ np.ones(fits.shape[1])
+        mixed = self.mixed_rows
+        if len(mixed):
+            sub, models = fits[mixed], self.slot_model[mixed]
+            best = np.zeros(len(mixed))
+            for m in np.unique(models[models >= 0]):
+                best = np.maximum(best, (sub & (models == m)).sum(axis=1))
+            counts[mixed] = best
+        return counts
+
+    def whole_per_row(self, fits: BoolArray, count: int) -> IntArray:
+        """[N] how many replicas of ``count`` whole GPUs each row holds (one model each)."""
+        per: IntArray = fits.sum(axis=1).astype(np.int64) // max(count, 1)
+        mixed = self.mixed_rows
+        if len(mixed) and count > 1:
+            sub, models = fits[mixed], self.slot_model[mixed]
+            total = np.zeros(len(mixed), dtype=np.int64)
+            for m in np.unique(models[models >= 0]):
+                total += (sub & (models == m)).sum(axis=1) // count
+            per[mixed] = total
+        return per
+
+    def one_model_slots(self, fits: BoolArray, node: int, count: int) -> BoolArray:
+        """``fits`` ([G], one row) kept to one model when ``node`` mixes models and ``count``
+        GPUs must come from it: the model with the fewest fitting slots that are enough
+        (best fit, so the larger group stays whole; lowest model index on ties)."""
+        if count <= 1 or node not in self.mixed_rows:
+            return fits
+        models = self.slot_model[node]
+        best: tuple[int, int] | None = None  # (fitting slots, model)
+        for m in sorted({int(x) for x in models[fits] if x >= 0}):
+            n_fit = int((fits & (models == m)).sum())
+            if n_fit >= count and (best is None or n_fit < best[0]):
+                best = (n_fit, m)
+        if best is None:
+            return np.zeros_like(fits)
+        kept: BoolArray = fits & (models == best[1])
+        return kept
 
     def memory_need(self, shape: Shape, node: int) -> IntArray:
         """Memory ``shape`` needs on each slot of ``node`` (resolving proportional requests)."""
@@ -133,18 +210,26 @@ class CapacityArrays:
         return found
 
     def slot_fits(self, shape: Shape) -> BoolArray:
-        """[N, G] mask: the slot can take one device's worth of ``shape`` (milli and memory)."""
+        """[N, G] mask: the slot can take one device's worth of ``shape`` (milli, memory and
+        an allowed model)."""
         ok = self.usable & (self.free_milli >= shape.milli)
         if shape.memory_mib is not None:
             ok &= self.free_mem >= shape.memory_mib
         else:
             ok &= self.free_mem >= self.proportional_need(shape.milli)
+        if shape.models is not None:
+            ok &= self.model_allowed(shape.models)
         return ok
 
     def slot_fits_on_node(self, shape: Shape, node: int) -> BoolArray:
         """[G] mask of :meth:`slot_fits` for one node row only (cheap for what-if checks)."""
         ok = self.usable[node] & (self.free_milli[node] >= shape.milli)
         fits: BoolArray = ok & (self.free_mem[node] >= self.memory_need(shape, node))
+        if shape.models is not None:
+            allowed = np.zeros(len(self.model_names) + 1, dtype=np.bool_)
+            width = min(len(shape.models), len(self.model_names))
+            allowed[:width] = shape.models[:width]
+            fits &= allowed[self.slot_model[node]]
         return fits
 
     def fits_on_node(self, shape: Shape, node: int) -> bool:
@@ -154,23 +239,25 @@ class CapacityArrays:
             or self.host_mem_free[node] < shape.host_memory_mib
         ):
             return False
-        if shape.models is not None and not shape.models[int(self.node_model[node])]:
-            return False
         if shape.count == 0:
             return True
-        return int(self.slot_fits_on_node(shape, node).sum()) >= shape.count
+        fits = self.slot_fits_on_node(shape, node)
+        if shape.count > 1:
+            fits = self.one_model_slots(fits, node, shape.count)
+        return int(fits.sum()) >= shape.count
 
     def feasible_nodes(self, shape: Shape) -> BoolArray:
-        """[N] mask of nodes where ``shape`` fits: model, CPU, host memory, enough slots."""
+        """[N] mask of nodes where ``shape`` fits: CPU, host memory, enough slots of an
+        allowed model (of one model, for several GPUs)."""
         ok = (self.cpu_free >= shape.cpu_milli) & (self.host_mem_free >= shape.host_memory_mib)
-        if shape.models is not None:
-            allowed = np.asarray(shape.models, dtype=np.bool_)
-            ok &= allowed[self.node_model]
         if shape.count == 0:
             return ok
-        # A float matrix-vector product counts fitting slots per node several times faster
-        # than a boolean sum along the short axis.
-        fits = self.slot_fits(shape) @ np.ones(self.free_milli.shape[1])
+        if shape.count > 1 and len(self.mixed_rows):
+            fits = self.count_one_model(self.slot_fits(shape))
+        else:
+            # A float matrix-vector product counts fitting slots per node several times
+            # faster than a boolean sum along the short axis.
+            fits = self.slot_fits(shape) @ np.ones(self.free_milli.shape[1])
         result: BoolArray = ok & (fits >= shape.count)
         return result
 
@@ -210,8 +297,11 @@ class CapacityArrays:
             self.free_mem[n, s] += need_mem[s]
 
     def share_cache(self, other: CapacityArrays) -> None:
-        """Reuse ``other``'s derived caches; only valid when both have equal ``physical_mem``."""
+        """Reuse ``other``'s derived caches; only valid when both have equal ``physical_mem``
+        and ``slot_model``."""
         self._proportional = other._proportional
+        if self.slot_model is other.slot_model:
+            self._mixed = other._mixed
 
     def copy(self) -> CapacityArrays:
         """An independent copy (for what-if evaluation such as preemption)."""
@@ -229,6 +319,7 @@ class CapacityArrays:
             cpu_total=self.cpu_total.copy(),
             gpu_count=self.gpu_count.copy(),
             physical_mem=self.physical_mem.copy(),
+            slot_model=self.slot_model,  # static: never changed in place
         )
         out.share_cache(self)  # physical memory is equal by construction
         return out
@@ -266,7 +357,7 @@ def best_fit_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[i
     (lowest index on ties); for whole GPUs, the free GPUs in index order."""
     if shape.count == 0:
         return ()
-    fits = capacity.slot_fits_on_node(shape, node)
+    fits = capacity.one_model_slots(capacity.slot_fits_on_node(shape, node), node, shape.count)
     idx = np.flatnonzero(fits)
     if len(idx) < shape.count:
         raise ValueError(f"node {node} has {len(idx)} slots for {shape}, needs {shape.count}")
@@ -285,7 +376,7 @@ def topology_slots(capacity: CapacityArrays, shape: Shape, node: int) -> tuple[i
     """
     if shape.count <= 1:
         return best_fit_slots(capacity, shape, node)
-    fits = capacity.slot_fits_on_node(shape, node)
+    fits = capacity.one_model_slots(capacity.slot_fits_on_node(shape, node), node, shape.count)
     groups = capacity.nvlink_group[node]
     best: tuple[int, int] | None = None  # (fitting slots, group id)
     for group in sorted({int(g) for g in groups[fits] if g >= 0}):

@@ -63,8 +63,10 @@ class ModelDemand:
         pressure = np.zeros(k, dtype=np.float64)
         if not self._constrained or self._total <= 0:
             return pressure
-        free = np.einsum("ij,ij->i", capacity.free_milli, capacity.usable)
-        free_k = np.bincount(capacity.node_model, weights=free, minlength=k)[:k]
+        usable = capacity.usable
+        free_k = np.bincount(
+            capacity.slot_model[usable], weights=capacity.free_milli[usable], minlength=k
+        )[:k]
         total_free = float(free_k.sum())
         if total_free <= 0:
             return pressure

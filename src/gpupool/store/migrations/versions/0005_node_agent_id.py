@@ -1,0 +1,26 @@
+"""nodes.agent_id: which agent speaks for a node (a second agent claiming the name is refused)
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-01 23:50:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("agent_id", sa.String(length=64), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.drop_column("agent_id")
