@@ -348,7 +348,7 @@ def test_top_renders_a_frame_from_the_live_pool(pool_env: LocalPool, cli: Cli) -
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("gpupool top")
-    assert "devices 3" in lines[0]
+    assert lines[1].startswith("devices 3 ")
     assert any("pool default: mem_share_ratio" in x for x in lines)
     first = next(x for x in lines if x.startswith("sim-1"))  # sorted by allocation
     assert f"{job_id} 0.5" in first
