@@ -1,20 +1,38 @@
 # gpupool: `make run` starts a pool on this machine, `make test` runs every check.
+#
+#   make run                      # the pool at http://127.0.0.1:8470/ (dashboard and API)
+#   make run PORT=9000            # another port (or: GPUPOOL_PORT=9000 make run)
+#   make run SIMULATE=2xA100-80GB,2xT4
+#   make test                     # lint, types, import layers, the test suite
+#
+# `run` installs only what the pool needs (`pip install -e .`); the dev tools (ruff, mypy,
+# pytest, playwright, ...) come with the first target that needs them (`test`, `lint`, ...).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+PORT ?=
+SIMULATE ?=
 
 .PHONY: run test lint format typecheck pytest clean
 
-# (Re)install when the venv is missing or pyproject.toml changed.
+# The runtime install: (re)done when the venv is missing or pyproject.toml changed.
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUN_STAMP)
+
+# The dev install (runtime and dev tools); it covers the runtime one too.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
 
-run: $(STAMP)
-	$(BIN)/gpupool up
+run: $(RUN_STAMP)
+	$(BIN)/gpupool up $(if $(PORT),--port $(PORT)) $(if $(SIMULATE),--simulate $(SIMULATE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard benchmarks)

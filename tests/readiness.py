@@ -63,9 +63,10 @@ def wait_ready(
         if value:
             return value
         if time.monotonic() - started > failsafe_s:
+            alive = " although its process is alive" if proc is not None else ""
             raise AssertionError(
-                f"{what}: still not ready after {failsafe_s:.0f}s although its process is "
-                "alive (the failsafe against a hang)\n" + log_tail(log)
+                f"{what}: still not ready after {failsafe_s:.0f}s{alive} (the failsafe "
+                "against a hang)\n" + log_tail(log)
             )
         time.sleep(POLL_S)
 

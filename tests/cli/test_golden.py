@@ -7,13 +7,15 @@ and review the diff.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 
 from gpupool.cli import render
 from gpupool.cli.session import render_text
@@ -194,13 +196,14 @@ REPORT = UsageReport(
 )
 
 
-def check(name: str, renderable: RenderableType) -> None:
-    text = render_text(renderable, width=200)
+def check(name: str, renderable: RenderableType, width: int = 200) -> str:
+    text = render_text(renderable, width=width)
     path = GOLDEN / f"{name}.txt"
     if os.environ.get("GPUPOOL_UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"no golden file {path}: run with GPUPOOL_UPDATE_GOLDEN=1"
     assert text == path.read_text(encoding="utf-8"), f"{name} layout changed (see {path})"
+    return text
 
 
 def test_queue_table_layout() -> None:
@@ -266,6 +269,110 @@ def test_admin_tables_layout() -> None:
     check("pools", render.pools_table([PoolView(name="default", price_per_gpu_hour={"A100": 2.5})]))
     check("classes", render.priority_classes_table([PriorityClassView(name="high", value=900)]))
     check("users", render.users_table([UserView(name="alice", role="member", tenant="vision")]))
+
+
+LONG = job(
+    id="9a8b7c6d5e4f",
+    name="finetune-llama-70b-with-a-very-long-name",
+    user="maximilian",
+    tenant="speech-recognition",
+    state="PENDING",
+    state_code="PD",
+    start_time=None,
+    nodes=[],
+    gpu_milli=2000,
+    gpu_memory_mib=81920,
+    gpu_types=["A100-80GB"],
+    pending_reason="QuotaExceeded: tenant speech-recognition is at its limit of 4 GPUs in default",
+    estimated_start=T0 + 7200,
+)
+
+
+def _whole(text: str, jobs: list[JobView], now: float) -> None:
+    """Every job's id, state, time and slice are on its line, whole; no line is too wide."""
+    for j in jobs:
+        line = next(x for x in text.splitlines() if x.startswith(j.id))
+        for value in (j.state_code, render.elapsed(j, now), render.gpu_slice(j)):
+            assert f" {value} " in f" {line} ", (value, line)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_queue_fits_a_terminal_without_cutting_id_state_time_or_slice(width: int) -> None:
+    jobs = [*JOBS, LONG]
+    text = check(f"queue-{width}", render.queue_table(jobs, T0 + 600), width)
+    assert max(len(x) for x in text.splitlines()) <= width
+    _whole(text, jobs, T0 + 600)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_gpus_fit_a_terminal_keeping_node_and_index(width: int) -> None:
+    text = check(f"gpus-{width}", render.gpus_table(DEVICES, SAMPLES), width)
+    assert max(len(x) for x in text.splitlines()) <= width
+    rows = [x.split() for x in text.splitlines()[2:]]
+    assert [r[:2] for r in rows] == [["gpu-01", "0"], ["gpu-01", "1"]]
+
+
+def _top_frame() -> Frame:
+    held = DEVICES[0].model_copy(
+        update={
+            "slices": [
+                DeviceSliceView(
+                    job_id="a1b2c3d4e5f6", tenant="vision", milli=500, memory_mib=10240
+                ),
+                DeviceSliceView(job_id=None, tenant=None, milli=250, memory_mib=20480),
+            ]
+        }
+    )
+    return Frame(
+        devices=[held, DEVICES[1]],
+        telemetry=ClusterTelemetry(
+            devices=list(SAMPLES.values()),
+            pools=[PoolSample("default", 0.1875, {"nlp": 1, "speech-recognition": 1})],
+            jobs_by_state={},
+        ),
+        running=[JOBS[0]],
+        now=T0 + 600,
+        pending=[JOBS[1], JOBS[2], LONG],
+    )
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_top_fits_a_terminal_and_lists_the_queue(width: int) -> None:
+    frame = _top_frame()
+    text = check(f"top-{width}", frame_view(frame, "util"), width)
+    assert max(len(x) for x in text.splitlines()) <= width
+    _whole(text, [JOBS[0]], T0 + 600)
+    for j in frame.pending:  # the queue is listed, id and slice whole
+        line = next(x for x in text.splitlines() if x.startswith(j.id))
+        assert f" {render.gpu_slice(j)} " in line
+
+
+def test_top_colours_load_and_temperature() -> None:
+    hot = dataclasses.replace(SAMPLES["GPU-0"], temperature_c=90.0)
+    frame = _top_frame()
+    frame = Frame(
+        frame.devices,
+        ClusterTelemetry(devices=[hot, SAMPLES["GPU-1"]], pools=[], jobs_by_state={}),
+        frame.running,
+        frame.now,
+        frame.pending,
+    )
+    con = Console(width=120, color_system="standard", force_terminal=True, highlight=False)
+    with con.capture() as cap:
+        con.print(frame_view(frame))
+    out = cap.get()
+    assert re.search(r"\x1b\[31m *90C", out)  # red: 90 C is hot
+    assert "\x1b[33m[||||||    ]  62%" in out  # yellow: 62 % is a moderate load
+    assert "\x1b[1;31munhealthy" in out
+
+
+def test_top_frame_shows_a_disconnected_server_over_the_last_frame() -> None:
+    text = render_text(
+        frame_view(_top_frame(), "node", "disconnected from http://x:8470, retrying every 2s"),
+        width=100,
+    )
+    assert text.splitlines()[1] == "disconnected from http://x:8470, retrying every 2s"
+    assert "a1b2c3d4e5f6" in text
 
 
 def test_top_frame_layout() -> None:

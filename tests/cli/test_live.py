@@ -28,6 +28,7 @@ import pytest
 from gpupool.client import Client
 from gpupool.domain.states import JobState
 from tests.cli.conftest import LocalPool, Result
+from tests.readiness import FAILSAFE_S, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -368,7 +369,7 @@ def test_top_renders_a_frame_from_the_live_pool(pool_env: LocalPool, cli: Cli) -
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("gpupool top")
-    assert "devices 3" in lines[0]
+    assert lines[1].startswith("devices 3 ")
     assert any("pool default: mem_share_ratio" in x for x in lines)
     first = next(x for x in lines if x.startswith("sim-1"))  # sorted by allocation
     assert f"{job_id} 0.5" in first
@@ -510,7 +511,7 @@ def _pool_env(pool: LocalPool) -> dict[str, str]:
     }
 
 
-def _read_until(fd: int, needle: bytes, timeout: float = 30.0) -> bytes:
+def _read_until(fd: int, needle: bytes, timeout: float = FAILSAFE_S) -> bytes:
     seen = b""
     deadline = time.monotonic() + timeout
     while needle not in seen:
@@ -542,7 +543,7 @@ def test_top_is_interactive_in_a_terminal_s_sorts_and_q_quits(pool_env: LocalPoo
         os.write(master, b"s")
         _read_until(master, b"sort: util")
         os.write(master, b"q")
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=FAILSAFE_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -573,14 +574,11 @@ def test_ctrl_c_or_sigterm_on_run_cancels_the_job(
         stderr=subprocess.PIPE,
     )
     with client(pool_env) as gp:
-        for _ in range(1200):  # up to 2 minutes on a loaded machine
-            jobs = gp.list(name=name, state=["RUNNING"])
-            if jobs:
-                break
-            time.sleep(0.1)
-        assert jobs, "the job never started"
+        jobs = wait_ready(
+            lambda: gp.list(name=name, state=["RUNNING"]), what="the job to start", proc=proc
+        )
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=90)
+        _, err = proc.communicate(timeout=FAILSAFE_S)
         assert proc.returncode == code
         assert f"cancelled job {jobs[0].id}" in err.decode()
         assert gp.wait(jobs[0].id, timeout_s=60, poll_s=0.2).state == "CANCELLED"

@@ -19,6 +19,7 @@ import typer
 
 from gpupool.cli.commands import COMMANDS, click
 from gpupool.cli.main import root_command
+from gpupool.client import Client
 from tests.cli.conftest import LocalPool
 
 #: What a client command must not import: the server, the store, the control plane, the
@@ -91,6 +92,10 @@ def test_gpupool_version_queue_and_submit_import_no_server_store_or_simulator(
     code, output, heavy = _imports_of(args, user_env)
     assert code == 0, output
     assert heavy == [], f"gpupool {' '.join(args)} imported {heavy}"
+    if args[0] == "submit":  # leave the session's pool as it was
+        with Client(user_env["GPUPOOL_SERVER"], user_env["GPUPOOL_TOKEN"]) as gp:
+            for job in gp.list(name="startup-probe", state=["PENDING"]):
+                gp.cancel(job.id)
 
 
 def test_the_command_table_names_every_command_of_every_module() -> None:

@@ -3,8 +3,10 @@
 ``create_app(settings)`` builds the FastAPI app over one :class:`ControlPlane`: it checks the
 store's schema (creating it on an empty database, refusing an unknown one), bootstraps the
 defaults and the admin token on first start, mounts the ``/v1`` routers, ``/metrics``,
-``/healthz`` and ``/readyz``, and (when ``settings.schedule``) runs the scheduling loop in a
-thread for the app's lifetime. Routes stay thin: parse, authorise, call one service, map errors.
+``/healthz``, ``/readyz`` and ``/docs`` (the API reference, served from the package; the
+OpenAPI document is ``/openapi.json``), and (when ``settings.schedule``) runs the scheduling
+loop in a thread for the app's lifetime. Routes stay thin: parse, authorise, call one service,
+map errors.
 
 For tests and embedding, pass ``control`` (a ready :class:`ControlPlane`, e.g. with a manual
 clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing else changes.
@@ -20,12 +22,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gpupool import __version__
 from gpupool.api import errors
 from gpupool.api.deps import Services
+from gpupool.api.reference import api_reference_html
 from gpupool.api.routers import (
     admin,
     agent,
@@ -106,6 +109,9 @@ def create_app(
         version=__version__,
         description="GPU pooling: fractional slices, fair scheduling, accounting.",
         lifespan=lifespan,
+        # FastAPI's /docs and /redoc load their scripts from a CDN: a blank page offline.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = Services.build(cp, loop)
     app.state.admin_token_path = token_path
@@ -138,6 +144,11 @@ def create_app(
             )
         leader = "yes" if cp.epoch > 0 else "no"
         return {"status": "ready", "leader": leader}
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        """The API reference as one self-contained page (no scripts, works offline)."""
+        return HTMLResponse(api_reference_html(app.openapi()))
 
     @app.get("/v1/version", tags=["meta"])
     def version() -> dict[str, str]:

@@ -1,10 +1,13 @@
 """``gpupool precheck``: is this machine ready to run or reach a pool? One line per check.
 
-Each check returns a :class:`Check`: ``PASS``, ``FAIL`` (with what to do) or ``SKIP`` (does not
-apply, e.g. MIG without a driver). Checks are registered by name in :data:`CHECKS`, in the
-order they run; the command exits 1 when any check failed.
+Each check returns a :class:`Check`: ``PASS``, ``WARN`` (works, but something a GPU node would
+need is missing; with what to do), ``FAIL`` (with what to do) or ``SKIP`` (does not apply, e.g.
+MIG without a driver). Checks are registered by name in :data:`CHECKS`, in the order they run;
+the command exits 1 when any check failed, never for a warning.
 
-- ``driver``: NVML loads and sees GPUs (through :class:`gpupool.gpu.nvml.NvmlBackend`);
+- ``driver``: NVML loads and sees GPUs (through :class:`gpupool.gpu.nvml.NvmlBackend`). Without
+  a driver it warns: a client machine, or a simulated pool (``gpupool up --simulate``, an
+  agent's ``--simulate``), works without one;
 - ``cuda-visible``: ``CUDA_VISIBLE_DEVICES`` does not hide every GPU, and ``/dev/nvidia*`` exist;
 - ``mps``: ``nvidia-cuda-mps-control`` is on ``PATH`` (needed for the ``mps`` isolation mode);
 - ``mig``: which GPUs have MIG mode on;
@@ -36,6 +39,7 @@ MIN_FREE_MIB = 1024
 
 class Status(str, enum.Enum):
     PASS = "PASS"
+    WARN = "WARN"
     FAIL = "FAIL"
     SKIP = "SKIP"
 
@@ -68,8 +72,8 @@ def check_driver(ctx: Context) -> Check:
         ctx.driver_error = str(exc)
         return Check(
             "driver",
-            Status.FAIL,
-            str(exc),
+            Status.WARN,
+            f"{exc}: fine for a client or a simulated pool, not for a GPU node",
             "install the NVIDIA driver on GPU nodes; without one, run the agent with "
             "--simulate 4xA100-80GB",
         )
@@ -193,7 +197,9 @@ def precheck(
 ) -> None:
     """Check this machine: NVIDIA driver and NVML, CUDA visibility, MPS, MIG, disk, server, token.
 
-    Prints PASS / FAIL / SKIP per line with what to do about failures; exits 1 if any failed.
+    Prints PASS / WARN / FAIL / SKIP per line with what to do about warnings and failures;
+    exits 1 if any check failed (a warning alone exits 0: no driver is fine for a client or a
+    simulated pool).
 
     Examples:
 
@@ -219,7 +225,7 @@ def precheck(
     else:
         for r in results:
             line = f"{r.status.value:4}  {r.name:12}  {r.detail}"
-            fix = r.fix and r.status is Status.FAIL
+            fix = r.fix and r.status in (Status.FAIL, Status.WARN)
             typer.echo(line + (f"\n      {'':12}  fix: {r.fix}" if fix else ""))
     if any(r.status is Status.FAIL for r in results):
         raise typer.Exit(1)

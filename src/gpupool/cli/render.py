@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpupool.cli.fit import Cut, Drop, FitTable, Move
 from gpupool.client.telemetry import DeviceSample
 from gpupool.domain.units import (
     MILLI_PER_GPU,
@@ -106,21 +107,40 @@ def reason(job: JobView) -> str:
     return job.reason or DASH
 
 
-def queue_table(jobs: Sequence[JobView], now: float) -> Table:
+#: How ``gpupool queue`` fits a narrow terminal (see :mod:`gpupool.cli.fit`): job id, state,
+#: time and slice are never cut; the reason is cut last.
+QUEUE_MOVES: tuple[Move, ...] = (
+    Cut("NODELIST(REASON)", 32),
+    Cut("NAME", 16),
+    Drop("START"),
+    Drop("PRIO"),
+    Drop("POOL"),
+    Drop("TENANT"),
+    Cut("NAME", 10),
+    Cut("USER", 8),
+    Cut("NAME", 6),
+    Cut("NODELIST(REASON)", 10),
+)
+
+
+def queue_table(jobs: Sequence[JobView], now: float) -> FitTable:
     """``gpupool queue``: squeue's columns plus the GPU slice, REASON and START estimate."""
-    t = table(
-        "JOBID",
-        "NAME",
-        "USER",
-        "TENANT",
-        "POOL",
-        "ST",
-        "TIME",
-        "GPU SLICE",
-        "PRIO",
-        "START",
-        "NODELIST(REASON)",
-        right=("TIME", "PRIO"),
+    t = FitTable(
+        (
+            "JOBID",
+            "NAME",
+            "USER",
+            "TENANT",
+            "POOL",
+            "ST",
+            "TIME",
+            "GPU SLICE",
+            "PRIO",
+            "START",
+            "NODELIST(REASON)",
+        ),
+        right=("TIME",),
+        moves=QUEUE_MOVES,
     )
     for j in jobs:
         if j.state == "PENDING":
@@ -131,7 +151,7 @@ def queue_table(jobs: Sequence[JobView], now: float) -> Table:
             where = ",".join(j.nodes) if j.nodes else (f"({j.reason})" if j.reason else DASH)
         t.add_row(
             j.id,
-            j.name[:24],
+            j.name,
             j.user,
             j.tenant,
             j.pool,
@@ -304,38 +324,86 @@ def nodes_table(nodes: Sequence[NodeView], now: float) -> Table:
     return t
 
 
-def gpus_table(devices: Sequence[DeviceView], samples: dict[str, DeviceSample]) -> Table:
+#: How ``gpupool gpus`` fits a narrow terminal: node and index are never cut, the UUID goes
+#: first (``--json`` and a pipe keep it).
+GPUS_MOVES: tuple[Move, ...] = (
+    Drop("UUID"),
+    Drop("POWER"),
+    Drop("POOL"),
+    Drop("ALLOC MEM"),
+    Cut("MODEL", 8),
+    Drop("MEM USED"),
+    Cut("HEALTH", 7),
+)
+
+#: Utilisation (or memory in use) at or above which a value shows yellow, then red.
+LOAD_WARN, LOAD_HIGH = 0.5, 0.8
+#: Temperatures (Celsius) at or above which a value shows yellow, then red.
+TEMP_WARN_C, TEMP_HIGH_C = 75.0, 85.0
+
+
+def load_style(ratio: float | None) -> str:
+    """Green, yellow or red for a load in [0, 1], like nvitop; no style when unknown."""
+    if ratio is None:
+        return ""
+    return "red" if ratio >= LOAD_HIGH else "yellow" if ratio >= LOAD_WARN else "green"
+
+
+def temp_text(celsius: float | None) -> Text:
+    """``61C``, coloured by how hot it is; ``-`` when unknown."""
+    if celsius is None:
+        return Text(DASH)
+    style = "red" if celsius >= TEMP_HIGH_C else "yellow" if celsius >= TEMP_WARN_C else "green"
+    return Text(f"{celsius:.0f}C", style=style)
+
+
+def _ratio(part: int | None, whole: int) -> float | None:
+    return None if part is None or whole <= 0 else part / whole
+
+
+def health_text(health: str) -> Text:
+    return Text(health, style="" if health == "healthy" else "bold red")
+
+
+def gpus_table(devices: Sequence[DeviceView], samples: dict[str, DeviceSample]) -> FitTable:
     """``gpupool gpus``: inventory joined with the latest telemetry and allocations."""
-    t = table(
-        "NODE",
-        "IDX",
-        "MODEL",
-        "POOL",
-        "HEALTH",
-        "ALLOC",
-        "ALLOC MEM",
-        "MEMORY",
-        "UTIL",
-        "MEM USED",
-        "TEMP",
-        "POWER",
-        "UUID",
+    t = FitTable(
+        (
+            "NODE",
+            "IDX",
+            "MODEL",
+            "POOL",
+            "HEALTH",
+            "ALLOC",
+            "ALLOC MEM",
+            "MEMORY",
+            "UTIL",
+            "MEM USED",
+            "TEMP",
+            "POWER",
+            "UUID",
+        ),
         right=("IDX", "ALLOC", "ALLOC MEM", "MEMORY", "UTIL", "MEM USED", "TEMP", "POWER"),
+        moves=GPUS_MOVES,
     )
     for d in sorted(devices, key=lambda x: (x.node, x.index)):
         s = samples.get(d.uuid)
+        util = s.utilization_ratio if s else None
+        used = s.memory_used_mib if s else None
         t.add_row(
             d.node,
             str(d.index),
             d.model,
             d.pool,
-            d.health,
+            health_text(d.health),
             format_gpus(s.allocated_milli) if s else DASH,
             format_memory(s.allocated_memory_mib) if s else DASH,
             format_memory(d.memory_mib),
-            pct(s.utilization_ratio) if s else DASH,
-            mem(s.memory_used_mib) if s else DASH,
-            f"{s.temperature_c:.0f}C" if s and s.temperature_c is not None else DASH,
+            Text(pct(util), style=load_style(util)),
+            Text(
+                mem(used), style=load_style(used / d.memory_mib if used and d.memory_mib else None)
+            ),
+            temp_text(s.temperature_c if s else None),
             f"{s.power_w:.0f}W" if s and s.power_w is not None else DASH,
             d.uuid,
         )

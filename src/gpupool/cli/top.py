@@ -3,10 +3,18 @@
 One **frame** shows the pool totals (devices, compute allocated, GPU memory promised over
 physical as ``mem_share_ratio``, mean utilisation, jobs running and queued per pool), then one
 row per device (utilisation bar, memory used and allocated, temperature, power, and the
-**slices** on it: ``job id share``), then the running jobs. It refreshes every ``--interval``
-seconds. Keys: ``q`` quits, ``s`` changes the sort order (see :data:`SORTS`). The keyboard is
-read from the terminal in cbreak mode, so it works over SSH; with no terminal (a pipe) or with
-``--once`` one frame is printed and the command ends.
+**slices** on it: ``job id share``), then the running jobs, then the queue (pending jobs, best
+first, with why each waits). Load (utilisation, memory in use) and temperature are coloured
+green, yellow, red (:func:`gpupool.cli.render.load_style`, :func:`~gpupool.cli.render.temp_text`).
+Every table fits the terminal's width (:mod:`gpupool.cli.fit`): from 80 columns up, job ids,
+states, times and slices stay whole.
+
+It refreshes every ``--interval`` seconds. Keys: ``q`` quits, ``s`` changes the sort order (see
+:data:`SORTS`). The keyboard is read from the terminal in cbreak mode, so it works over SSH;
+with no terminal (a pipe) or with ``--once`` one frame is printed and the command ends. When
+the server cannot be reached or fails (a restart, an outage), the last frame stays on screen
+under a ``disconnected, retrying`` line, and the view comes back by itself when the server
+answers again; only an error that retrying cannot fix (a revoked token) ends the command.
 
 Which job holds which slice comes from the server (``DeviceView.slices``); a slice of another
 tenant's job, which the caller may not see, shows as ``(other) share``.
@@ -18,7 +26,7 @@ import contextlib
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import typer
@@ -27,11 +35,13 @@ from rich.live import Live
 from rich.text import Text
 
 from gpupool.cli import render
+from gpupool.cli.fit import Cut, Drop, FitTable, Move
 from gpupool.cli.session import ServerOpt, TokenOpt, console, emit, session
+from gpupool.client.errors import ApiError, ClientError, ServerUnreachable
 from gpupool.client.sdk import Client
 from gpupool.client.telemetry import ClusterTelemetry, DeviceSample
 from gpupool.domain.clock import SystemClock
-from gpupool.domain.units import format_gpus, format_memory
+from gpupool.domain.units import format_duration, format_gpus, format_memory
 from gpupool.schemas.jobs import JobView
 from gpupool.schemas.nodes import DeviceView
 
@@ -44,6 +54,11 @@ class Frame:
     telemetry: ClusterTelemetry
     running: list[JobView]
     now: float
+    pending: list[JobView] = field(default_factory=list)
+
+
+#: Most pending jobs a frame lists (the queue's head; the header counts them all).
+QUEUE_ROWS = 20
 
 
 def _util(d: DeviceView, s: DeviceSample | None) -> float:
@@ -70,13 +85,73 @@ def read_frame(gp: Client) -> Frame:
     devices = gp.devices()
     telemetry = gp.telemetry()
     running = gp.list(state=["RUNNING", "CONFIGURING", "COMPLETING"], limit=500)
-    return Frame(devices, telemetry, running, SystemClock().now())
+    pending = gp.list(state=["PENDING", "REQUEUED"], limit=500)
+    return Frame(devices, telemetry, running, SystemClock().now(), pending)
 
 
-def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
-    """One frame as a rich renderable (pure: the golden test pins it)."""
+DEVICE_MOVES: tuple[Move, ...] = (
+    Cut("SLICES (JOB SHARE)", 24),
+    Drop("POWER"),
+    Drop("ALLOC MEM"),
+    Cut("MODEL", 9),
+    Drop("HEALTH"),
+    Cut("SLICES (JOB SHARE)", 12),
+)
+RUNNING_MOVES: tuple[Move, ...] = (
+    Cut("NAME", 14),
+    Drop("TENANT"),
+    Cut("NODES", 10),
+    Cut("USER", 8),
+    Cut("NAME", 6),
+)
+QUEUE_MOVES: tuple[Move, ...] = (
+    Cut("REASON", 32),
+    Cut("NAME", 14),
+    Drop("PRIO"),
+    Cut("USER", 8),
+    Cut("NAME", 6),
+    Cut("REASON", 10),
+)
+
+
+def _util_cell(util: float | None) -> Text:
+    return Text(f"{bar(util)} {render.pct(util):>4}", style=render.load_style(util))
+
+
+def _memory_cell(used: int | None, total: int) -> Text:
+    ratio = used / total if used is not None and total > 0 else None
+    return Text(f"{render.mem(used)}/{format_memory(total)}", style=render.load_style(ratio))
+
+
+def _head(frame: Frame, sort: str, problem: str | None) -> Text:
+    samples = frame.telemetry.devices
+    total = len(frame.devices)
+    alloc = sum(s.allocated_milli for s in samples)
+    utils = [s.utilization_ratio for s in samples if s.utilization_ratio is not None]
+    mean_util = sum(utils) / len(utils) if utils else None
+    queued = sum(sum(p.queued.values()) for p in frame.telemetry.pools)
+    head = Text()
+    head.append("gpupool top", style="bold")
+    head.append(f"  {render.when(frame.now)}  sort: {sort} (s)  quit: q\n")
+    if problem is not None:
+        head.append(problem + "\n", style="bold red")
+    head.append(f"devices {total}  compute allocated {format_gpus(alloc)}/{total}  mean util ")
+    head.append(render.pct(mean_util), style=render.load_style(mean_util))
+    head.append(f"  running {len(frame.running)}  queued {queued}\n")
+    for p in frame.telemetry.pools:
+        share = "-" if p.mem_share_ratio is None else f"{p.mem_share_ratio:.2f}"
+        waiting = sum(p.queued.values())
+        head.append(f"pool {p.name}: mem_share_ratio {share}, queue {waiting}")
+        if p.queued:
+            head.append(" (" + ", ".join(f"{t} {n}" for t, n in p.queued.items() if n) + ")")
+        head.append("\n")
+    return head
+
+
+def frame_view(frame: Frame, sort: str = "node", problem: str | None = None) -> RenderableType:
+    """One frame as a rich renderable (pure: the golden test pins it). ``problem``, when
+    given, is shown under the title (the server cannot be reached: this is the last frame)."""
     samples = {s.uuid: s for s in frame.telemetry.devices}
-    jobs = {j.id: j for j in frame.running}
     on_device: dict[str, list[str]] = {}
     node_of: dict[str, set[str]] = {}
     for d in frame.devices:
@@ -85,65 +160,48 @@ def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
             on_device.setdefault(d.uuid, []).append(f"{owner} {format_gpus(sl.milli)}")
             if sl.job_id is not None:
                 node_of.setdefault(sl.job_id, set()).add(d.node)
-    total = len(frame.devices)
-    alloc = sum(s.allocated_milli for s in samples.values())
-    utils = [s.utilization_ratio for s in samples.values() if s.utilization_ratio is not None]
-    mean_util = sum(utils) / len(utils) if utils else None
-    queued = sum(sum(p.queued.values()) for p in frame.telemetry.pools)
-    head = Text()
-    head.append("gpupool top", style="bold")
-    head.append(
-        f"  {render.when(frame.now)}  devices {total}  compute allocated "
-        f"{format_gpus(alloc)}/{total}  mean util {render.pct(mean_util)}  "
-        f"running {len(frame.running)}  queued {queued}  sort: {sort} (s)  quit: q\n"
-    )
-    for p in frame.telemetry.pools:
-        share = "-" if p.mem_share_ratio is None else f"{p.mem_share_ratio:.2f}"
-        waiting = sum(p.queued.values())
-        head.append(f"pool {p.name}: mem_share_ratio {share}, queue {waiting}")
-        if p.queued:
-            head.append(" (" + ", ".join(f"{t} {n}" for t, n in p.queued.items() if n) + ")")
-        head.append("\n")
-    t = render.table(
-        "NODE",
-        "IDX",
-        "MODEL",
-        "UTIL",
-        "MEM USED",
-        "ALLOC",
-        "ALLOC MEM",
-        "TEMP",
-        "POWER",
-        "HEALTH",
-        "SLICES (JOB SHARE)",
+    t = FitTable(
+        (
+            "NODE",
+            "IDX",
+            "MODEL",
+            "UTIL",
+            "MEM USED",
+            "ALLOC",
+            "ALLOC MEM",
+            "TEMP",
+            "POWER",
+            "HEALTH",
+            "SLICES (JOB SHARE)",
+        ),
         right=("IDX", "ALLOC", "ALLOC MEM", "TEMP", "POWER"),
+        moves=DEVICE_MOVES,
     )
     key = SORTS.get(sort, SORTS["node"])
     for d in sorted(frame.devices, key=lambda d: key(d, samples.get(d.uuid))):
         s = samples.get(d.uuid)
-        used = s.memory_used_mib if s else None
-        util = s.utilization_ratio if s else None
-        mem_text = f"{render.mem(used)}/{format_memory(d.memory_mib)}"
         t.add_row(
             d.node,
             str(d.index),
             d.model,
-            f"{bar(util)} {render.pct(util):>4}",
-            mem_text,
+            _util_cell(s.utilization_ratio if s else None),
+            _memory_cell(s.memory_used_mib if s else None, d.memory_mib),
             format_gpus(s.allocated_milli) if s else "-",
             format_memory(s.allocated_memory_mib) if s else "-",
-            f"{s.temperature_c:.0f}C" if s and s.temperature_c is not None else "-",
+            render.temp_text(s.temperature_c if s else None),
             f"{s.power_w:.0f}W" if s and s.power_w is not None else "-",
-            d.health,
+            render.health_text(d.health),
             ", ".join(on_device.get(d.uuid, [])) or "-",
         )
-    j = render.table(
-        "JOBID", "NAME", "USER", "TENANT", "ST", "TIME", "GPU SLICE", "NODES", right=("TIME",)
+    j = FitTable(
+        ("JOBID", "NAME", "USER", "TENANT", "ST", "TIME", "GPU SLICE", "NODES"),
+        right=("TIME",),
+        moves=RUNNING_MOVES,
     )
-    for job in sorted(jobs.values(), key=lambda x: (x.start_time or 0.0, x.id)):
+    for job in sorted(frame.running, key=lambda x: (x.start_time or 0.0, x.id)):
         j.add_row(
             job.id,
-            job.name[:24],
+            job.name,
             job.user,
             job.tenant,
             job.state_code,
@@ -151,7 +209,40 @@ def frame_view(frame: Frame, sort: str = "node") -> RenderableType:
             render.gpu_slice(job),
             ",".join(job.nodes or sorted(node_of.get(job.id, ()))) or "-",
         )
-    return Group(head, t, Text(""), j)
+    q = FitTable(
+        ("JOBID", "NAME", "USER", "ST", "WAITED", "GPU SLICE", "PRIO", "REASON"),
+        right=("WAITED",),
+        moves=QUEUE_MOVES,
+    )
+    best_first = sorted(frame.pending, key=lambda x: (-x.priority, x.submit_time, x.id))
+    for job in best_first[:QUEUE_ROWS]:
+        q.add_row(
+            job.id,
+            job.name,
+            job.user,
+            job.state_code,
+            format_duration(max(0.0, frame.now - job.submit_time)),
+            render.gpu_slice(job),
+            job.priority_class,
+            render.reason(job),
+        )
+    more = len(best_first) - QUEUE_ROWS
+    parts: list[RenderableType] = [_head(frame, sort, problem), t, Text(""), j, Text(""), q]
+    if more > 0:
+        parts.append(Text(f"... and {more} more pending (gpupool queue lists them all)"))
+    return Group(*parts)
+
+
+def disconnected(server: str, exc: ClientError, interval: float) -> str:
+    """The line a frame shows while the server cannot be reached."""
+    return f"disconnected from {server}, retrying every {interval:g}s: {exc}"
+
+
+def retryable(exc: ClientError) -> bool:
+    """Whether waiting can fix ``exc``: the server is down, restarting or failing (5xx)."""
+    if isinstance(exc, ServerUnreachable):
+        return True
+    return isinstance(exc, ApiError) and exc.status >= 500
 
 
 @contextlib.contextmanager
@@ -203,9 +294,18 @@ def top(
         if not interactive:
             emit(frame_view(read_frame(gp), sort))
             return
+        last: Frame | None = None
         with _keys() as key, Live(console=console(), screen=True, auto_refresh=False) as live:
             while True:
-                live.update(frame_view(read_frame(gp), sort), refresh=True)
+                problem: str | None = None
+                try:
+                    last = read_frame(gp)
+                except ClientError as exc:
+                    if not retryable(exc):
+                        raise
+                    problem = disconnected(gp.server, exc, interval)
+                view = frame_view(last, sort, problem) if last else Text(problem or "")
+                live.update(view, refresh=True)
                 pressed = key(max(0.2, interval))
                 if pressed in ("q", "Q", "\x1b"):
                     return

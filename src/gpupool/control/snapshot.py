@@ -7,6 +7,8 @@ Read in one transaction, so the picture is consistent. Words:
 - **budget used**: whole-GPU hours the tenant used in the pool within its quota's budget window.
 
 Devices on nodes that are down are given health ``unknown``, so nothing is placed on them.
+A job whose file names no ``cpus`` gets the default CPU rule here, for its pool's nodes as they
+are now (:func:`gpupool.domain.resources.default_cpu_milli`), pending and running alike.
 A replica whose assignment has a stop order is *stopping* (``stop_ordered``); when the stop is a
 preemption, ``preempted_for`` names the job it makes room for (``assignments.stop_for``).
 """
@@ -20,7 +22,9 @@ from dataclasses import replace
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpupool.domain.jobs import Job
 from gpupool.domain.nodes import DeviceHealth, NodeState
+from gpupool.domain.resources import cpu_per_gpu_by_pool, default_cpu_milli, with_default_cpu
 from gpupool.domain.states import JobState
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
@@ -77,6 +81,11 @@ def decayed_usage(s: Session, now: float) -> dict[str, float]:
     return _usage(s, now, [])[0]
 
 
+def _with_default_cpu(job: Job, cpu_per_gpu: dict[str, int]) -> Job:
+    res = with_default_cpu(job.spec.resources, cpu_per_gpu.get(job.spec.pool))
+    return job if res is job.spec.resources else replace(job, spec=replace(job.spec, resources=res))
+
+
 def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, int]]:
     """The snapshot, and the version of every pending job read (for the commit's check)."""
     nodes = list(s.scalars(select(NodeModel).order_by(NodeModel.name)))
@@ -87,6 +96,9 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
         if row.node in down and dev.health is DeviceHealth.HEALTHY:
             dev = replace(dev, health=DeviceHealth.UNKNOWN)
         devices.append(dev)
+    cpu_per_gpu = cpu_per_gpu_by_pool(
+        {n.name: n.cpu_milli for n in nodes}, ((d.node, d.pool) for d in devices)
+    )
     pending_rows = list(s.scalars(select(JobModel).where(JobModel.state == JobState.PENDING.value)))
     live = list(s.scalars(select(AssignmentModel).where(AssignmentModel.state != "finished")))
     slices: dict[str, list[SliceModel]] = defaultdict(list)
@@ -124,7 +136,13 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
                 start_time=start,
                 expected_end=start + float(expected) if expected else None,
                 last_checkpoint_time=job.last_checkpoint_time,
-                cpu_milli=int(spec["resources"]["cpu_milli"]),
+                cpu_milli=(
+                    default_cpu_milli(
+                        int(spec["resources"]["gpu_milli"]), cpu_per_gpu.get(job.pool)
+                    )
+                    if spec["resources"].get("cpu_auto")
+                    else int(spec["resources"]["cpu_milli"])
+                ),
                 host_memory_mib=int(spec["resources"]["host_memory_mib"]),
                 grace_period_s=float(spec.get("grace_period_s", 30.0)),
                 preempted_for=a.stop_for,
@@ -138,7 +156,7 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
         nodes=tuple(node_from_row(n) for n in nodes),
         devices=tuple(devices),
         running=tuple(running),
-        pending=tuple(job_from_row(j) for j in pending_rows),
+        pending=tuple(_with_default_cpu(job_from_row(j), cpu_per_gpu) for j in pending_rows),
         pools=tuple(
             pool_from_row(p) for p in s.scalars(select(PoolModel).order_by(PoolModel.name))
         ),

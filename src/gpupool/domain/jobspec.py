@@ -390,6 +390,7 @@ def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
         else None
     )
     types = c.parse("resources.gpu_types", raw.get("gpu_types", []), _as_types)
+    # No ``cpus``: the default CPU rule (gpupool.domain.resources) decides where it runs.
     cpus = c.parse("resources.cpus", raw.get("cpus", 1), parse_cpus)
     mem = c.parse(
         "resources.memory", raw.get("memory", 0), lambda v: parse_memory(v, field="memory")
@@ -408,6 +409,7 @@ def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
         gpu_types=types,
         cpu_milli=cpus,
         host_memory_mib=mem,
+        cpu_auto=raw.get("cpus") is None,
     )
 
 

@@ -49,6 +49,7 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
             "gpu_types": list(res.gpu_types),
             "cpu_milli": res.cpu_milli,
             "host_memory_mib": res.host_memory_mib,
+            "cpu_auto": res.cpu_auto,
         },
         "replicas": spec.replicas,
         "preemptible": spec.preemptible,
@@ -79,6 +80,7 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
             gpu_types=tuple(res["gpu_types"]),
             cpu_milli=res["cpu_milli"],
             host_memory_mib=res["host_memory_mib"],
+            cpu_auto=bool(res.get("cpu_auto", False)),  # jobs stored before the rule: as asked
         ),
         replicas=data["replicas"],
         preemptible=data["preemptible"],

@@ -1,0 +1,152 @@
+"""Tables that fit the terminal: like ``squeue`` and ``nvitop``, readable at 80 to 120 columns.
+
+Rich shrinks every column of a table that is too wide for the terminal a little, so at 100
+columns ``gpupool queue`` had lost its job ids, states and times (``… NAME NODELIST(REASON)``)
+and ``gpupool gpus`` its node and index while it kept a 40-character UUID. A
+:class:`FitTable` is laid out for the width it is printed at instead, by **moves** applied in
+order until the table fits:
+
+- :class:`Drop` removes a column (the least useful first: a start estimate, a UUID);
+- :class:`Cut` narrows a column down to a floor, its values ending in ``…``.
+
+Columns no move names (a job id, its state, time and slice; a GPU's node and index) are never
+cut. The last move of a table is usually the cut of its free-text column (the pending reason),
+so that is cut last. When every move is spent the table is printed as it is (rich folds it).
+Through a pipe a console is 400 columns wide (:func:`gpupool.cli.session.console`), so
+scripts always get every column, whole.
+
+Columns are separated by two spaces (:data:`GAP`); headers are bold; a cell may be a rich
+``Text`` (colour), measured by its plain text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+#: Spaces between two columns.
+GAP = 2
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Remove the column ``name`` when the table does not fit."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Narrow the column ``name``, down to ``floor`` characters, when the table does not fit."""
+
+    name: str
+    floor: int
+
+
+Move = Drop | Cut
+Cell = str | Text
+
+
+class FitTable:
+    """A table laid out for the width it is printed at (see the module docstring)."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        *,
+        right: Sequence[str] = (),
+        moves: Sequence[Move] = (),
+        title: str | None = None,
+    ) -> None:
+        self.columns = list(columns)
+        self.right = set(right)
+        self.moves = list(moves)
+        self.title = title
+        self.rows: list[list[Cell]] = []
+        unknown = {m.name for m in self.moves} - set(self.columns)
+        if unknown:
+            raise ValueError(f"moves name columns the table does not have: {sorted(unknown)}")
+
+    def add_row(self, *cells: Cell) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append(list(cells))
+
+    def natural_widths(self) -> dict[str, int]:
+        """Each column's width with nothing cut: its widest cell or its header."""
+        widths = {name: len(name) for name in self.columns}
+        for row in self.rows:
+            for name, cell in zip(self.columns, row, strict=True):
+                width = Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
+                widths[name] = max(widths[name], width)
+        return widths
+
+    def widths_for(self, width: int) -> dict[str, int]:
+        """The columns kept at ``width`` and how wide each is, after the moves it takes."""
+        natural = self.natural_widths()
+        widths = dict(natural)
+
+        def total() -> int:
+            return sum(widths.values()) + GAP * (len(widths) - 1)
+
+        cut: list[str] = []
+        for move in self.moves:
+            excess = total() - width
+            if excess <= 0:
+                break
+            if move.name not in widths:
+                continue
+            if isinstance(move, Drop):
+                del widths[move.name]
+            else:
+                widths[move.name] -= min(excess, max(0, widths[move.name] - move.floor))
+                cut.append(move.name)
+        # A later drop may have freed more than it needed: the cut columns get it back, the
+        # first cut first (a long reason cut early to make room is shown whole again).
+        for name in dict.fromkeys(cut):
+            spare = width - total()
+            if spare <= 0:
+                break
+            if name in widths:
+                widths[name] += min(spare, natural[name] - widths[name])
+        return widths
+
+    def layout(self, width: int) -> Table:
+        """The rich table for a console ``width`` columns wide."""
+        widths = self.widths_for(width)
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, GAP - 1, 0, 0),
+            title=self.title,
+            title_justify="left",
+            header_style="bold",
+        )
+        kept = [i for i, name in enumerate(self.columns) if name in widths]
+        for i in kept:
+            name = self.columns[i]
+            table.add_column(
+                name,
+                justify="right" if name in self.right else "left",
+                no_wrap=True,
+                overflow="ellipsis",
+                width=widths[name],
+            )
+        for row in self.rows:
+            table.add_row(*(row[i] for i in kept))
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.layout(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widths = self.widths_for(options.max_width)
+        need = sum(widths.values()) + GAP * (len(widths) - 1)
+        return Measurement(min(need, options.max_width), min(need, options.max_width))
