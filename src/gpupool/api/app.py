@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from gpupool import __version__
 from gpupool.api import errors
+from gpupool.api.bodylimit import BodyLimitMiddleware
 from gpupool.api.deps import Services
 from gpupool.api.routers import admin, agent, events, jobs, nodes, uploads, usage, users
 from gpupool.control.bootstrap import bootstrap
@@ -100,6 +101,7 @@ def create_app(
     app.state.services = Services.build(cp, loop)
     app.state.admin_token_path = token_path
     errors.install(app)
+    app.add_middleware(BodyLimitMiddleware)
     for module in (jobs, agent, nodes, admin, users, usage, events, uploads):
         app.include_router(module.router)
     for name in EDGE_ROUTERS:

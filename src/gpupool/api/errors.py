@@ -94,8 +94,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = str(exc.detail)
-        if exc.status_code == 404:
+        title = "error"
+        if exc.status_code == 413:
+            title = "request too large"
+        elif exc.status_code == 404:
             detail = f"no such endpoint {request.method} {request.url.path}: see /docs"
         elif exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}: see /docs"
-        return problem_response(request, exc.status_code, "error", detail)
+        return problem_response(request, exc.status_code, title, detail)
