@@ -19,21 +19,24 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from gpupool import __version__
-from gpupool.api import errors
+from gpupool.api import errors, openapi
 from gpupool.api.bodylimit import BodyLimitMiddleware
-from gpupool.api.deps import Services
+from gpupool.api.deps import Services, principal
 from gpupool.api.routers import admin, agent, events, jobs, nodes, uploads, usage, users
+from gpupool.control.auth import require
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
 from gpupool.control.loop import SchedulingLoop
 from gpupool.control.settings import ServerSettings
 from gpupool.control.telemetry import read_sample
+from gpupool.domain.users import Permission
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY
 from gpupool.scheduling.config import SchedulerConfig
@@ -102,6 +105,7 @@ def create_app(
     app.state.admin_token_path = token_path
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
+    openapi.install(app, metrics_token=cp.settings.metrics_token)
     for module in (jobs, agent, nodes, admin, users, usage, events, uploads):
         app.include_router(module.router)
     for name in EDGE_ROUTERS:
@@ -137,8 +141,14 @@ def create_app(
         return {"version": __version__}
 
     @app.get("/metrics", tags=["health"])
-    def metrics() -> Response:
-        """Prometheus metrics (text format); see :mod:`gpupool.metrics`."""
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics (text format); see :mod:`gpupool.metrics`. With
+        ``--metrics-token`` only an admin's or operator's token may read them."""
+        if cp.settings.metrics_token:
+            require(await principal(request, app.state.services), Permission.JOB_READ_ANY)
+        return await run_in_threadpool(_metrics_body)
+
+    def _metrics_body() -> Response:
         body = generate_latest(registry) + generate_latest(REGISTRY)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

@@ -18,6 +18,7 @@ from fastapi import Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.control.accounting import AccountingService
+from gpupool.control.audit import RefusedCalls
 from gpupool.control.auth import Actor, Principal, authenticate
 from gpupool.control.context import ControlPlane
 from gpupool.control.heartbeat import HeartbeatService
@@ -53,6 +54,7 @@ class Services:
     accounting: AccountingService
     logs: LogService
     uploads: UploadService
+    refusals: RefusedCalls
     loop: SchedulingLoop | None = None
 
     @classmethod
@@ -68,6 +70,7 @@ class Services:
             accounting=AccountingService(cp),
             logs=LogService(cp),
             uploads=UploadService(cp),
+            refusals=RefusedCalls(),
             loop=loop,
         )
 

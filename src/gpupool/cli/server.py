@@ -125,6 +125,12 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     ),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
+    metrics_token: bool = typer.Option(
+        False, "--metrics-token", help="/metrics needs an admin or operator token"
+    ),
+    metrics_tenants: bool = typer.Option(
+        False, "--metrics-tenants", help="/metrics names tenants (default: per pool only)"
+    ),
 ) -> None:
     """Run the control plane: REST API, store and scheduling loop.
 
@@ -140,6 +146,8 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         heartbeat_interval_s=heartbeat,
         node_timeout_s=node_timeout,
         preempt_exempt_s=preempt_exempt,
+        metrics_token=metrics_token,
+        metrics_tenants=metrics_tenants,
     )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

@@ -19,6 +19,10 @@
 - ``catalog_cache_s``: how long submits trust the cached tenant, pool and priority-class
   names and values (seconds; 0 = read them each time). Changes made by this process take
   effect at once; made by another, within this time.
+- ``metrics_token``: ``/metrics`` answers only a token of a role that reads the whole cluster
+  (admin, operator); off: anyone who reaches the port may scrape it.
+- ``metrics_tenants``: ``/metrics`` labels the queue with tenant names (off: per pool only, so
+  an open ``/metrics`` names no tenant).
 - ``submit_batch``: the most submits written in one transaction (group commit);
   ``submit_writers``: how many such transactions may be under way at once.
 """
@@ -59,6 +63,8 @@ class ServerSettings:
     catalog_cache_s: float = 5.0
     submit_batch: int = 64
     submit_writers: int = 2
+    metrics_token: bool = False
+    metrics_tenants: bool = False
     server_id: str = field(default_factory=_server_id)
 
     @property
