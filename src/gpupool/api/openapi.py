@@ -8,8 +8,10 @@ the hot routes cheap) nor that every error is ``application/problem+json``. This
   (:data:`PUBLIC_PATHS`; ``/metrics`` too unless the server requires a token for it);
 - per operation, the error answers it can give, each with the :class:`Problem` schema:
   401 and 403 where a token is needed, 404 and 503 under ``/v1``, 413 where there is a body,
-  400 and 409 on mutating calls, 422 where there are parameters or a body (replacing
-  FastAPI's ``HTTPValidationError``, which gpupool never sends).
+  400, 409, 413 and 422 on mutating calls, 422 where there are parameters or a body (replacing
+  FastAPI's ``HTTPValidationError``, which gpupool never sends);
+- ``text/plain`` for ``/metrics``;
+- 201 beside 200 on a ``PUT`` (create-or-replace answers 201 when the object is new).
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ def _codes(path: str, method: str, op: dict[str, Any], public: bool) -> list[int
         codes |= {413, 422}
     if op.get("parameters"):
         codes.add(422)
-    if method in MUTATING:
-        codes |= {400, 409}
+    if method in MUTATING:  # every body is limited; a raw one (an upload) is checked by hand
+        codes |= {400, 409, 413, 422}
     return sorted(codes)
 
 
@@ -78,6 +80,11 @@ def _describe(app: FastAPI, metrics_token: bool) -> dict[str, Any]:
             if not public:
                 op["security"] = [{"bearer": []}]
             responses = op.setdefault("responses", {})
+            if path == "/metrics":  # Prometheus' text format, not JSON
+                text = {"text/plain": {"schema": {"type": "string"}}}
+                responses["200"] = {"description": "Prometheus metrics", "content": text}
+            if method == "put" and "200" in responses:  # create-or-replace: 201 when new
+                responses.setdefault("201", {**responses["200"], "description": "created"})
             for code in _codes(path, method, op, public):
                 responses[str(code)] = {"description": MEANINGS[code], "content": {PROBLEM: ref}}
     return schema
