@@ -160,3 +160,35 @@ def test_a_job_file_with_a_bare_gpu_memory_is_refused(
     out = done.stderr + done.stdout
     assert "use 10GiB or 10240MiB" in out
     assert "line 5" in out or ":5" in out
+
+
+def test_a_job_stored_before_the_bounds_still_lists_shows_and_cancels(tmp_path: Path) -> None:
+    """Rows written by an older server (10^20 MiB, a NUL in argv, a 10^300 s limit) are read
+    as they are: the rules apply to what enters, never to what is already stored."""
+    import sqlite3
+
+    home = tmp_path / "home"
+    with ServerProcess(home) as proc:
+        headers = {"Authorization": f"Bearer {proc.admin_token()}"}
+        r = httpx.post(f"{proc.url}/v1/jobs", json={"spec": _spec(), "hold": True}, headers=headers)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["job"]["id"]
+    db = sqlite3.connect(next(home.glob("*.db")))
+    with db:
+        (raw,) = db.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        legacy = raw.replace('"gpu_memory_mib": null', '"gpu_memory_mib": 100000000000000000000')
+        legacy = legacy.replace('"command": ["true"]', '"command": ["echo", "a\\u0000b"]')
+        legacy = legacy.replace('"time_limit_s": null', '"time_limit_s": 1e300')
+        assert legacy != raw
+        db.execute("UPDATE jobs SET spec = ? WHERE id = ?", (legacy, job_id))
+    db.close()
+    with ServerProcess(home) as proc:
+        headers = {"Authorization": f"Bearer {proc.admin_token()}"}
+        with httpx.Client(base_url=proc.url, headers=headers, timeout=60) as http:
+            shown = http.get(f"/v1/jobs/{job_id}")
+            assert shown.status_code == 200, shown.text
+            assert shown.json()["gpu_memory_mib"] == 10**20
+            assert job_id in {j["id"] for j in http.get("/v1/jobs").json()["jobs"]}
+            cancelled = http.post(f"/v1/jobs/{job_id}/cancel", json={})
+            assert cancelled.status_code == 200, cancelled.text
+            assert cancelled.json()["state"] == "CANCELLED"
