@@ -20,6 +20,7 @@ from types import FrameType
 import typer
 
 from gpupool import __version__
+from gpupool.cli.session import handle_errors
 from gpupool.control.settings import ServerSettings
 from gpupool.domain.errors import GpupoolError
 
@@ -136,18 +137,19 @@ def server(  # noqa: PLR0917 - one typer option per parameter
 
     Example: ``gpupool server --home /tmp/gp --port 18470``
     """
-    settings = ServerSettings.build(
-        home,
-        database_url,
-        host=host,
-        port=port,
-        migrate=migrate,
-        schedule=schedule,
-        heartbeat_interval_s=heartbeat,
-        node_timeout_s=node_timeout,
-        preempt_exempt_s=preempt_exempt,
-        metrics_token=metrics_token,
-        metrics_tenants=metrics_tenants,
-    )
+    with handle_errors():  # an impossible number: one line, exit 2
+        settings = ServerSettings.build(
+            home,
+            database_url,
+            host=host,
+            port=port,
+            migrate=migrate,
+            schedule=schedule,
+            heartbeat_interval_s=heartbeat,
+            node_timeout_s=node_timeout,
+            preempt_exempt_s=preempt_exempt,
+            metrics_token=metrics_token,
+            metrics_tenants=metrics_tenants,
+        )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)
