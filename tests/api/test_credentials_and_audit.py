@@ -124,3 +124,18 @@ def test_the_openapi_declares_the_bearer_scheme_and_error_answers(server: Server
         assert "application/problem+json" in submit["responses"][status]["content"]
     assert "security" not in spec["paths"]["/healthz"]["get"]
     assert "401" not in spec["paths"]["/healthz"]["get"]["responses"]
+
+
+def test_metrics_name_tenants_to_an_admin_token_only(server: ServerProcess) -> None:
+    with _admin(server) as admin:
+        admin.put("/v1/tenants/vision-team", json={"fair_share": 1.0})
+        spec = {"name": "q", "command": ["true"], "tenant": "vision-team"}
+        admin.post("/v1/jobs", json={"spec": {**spec, "resources": {"gpus": "0.5"}}})
+        admin.post("/v1/users", json={"name": "mia", "role": "member", "tenant": "vision-team"})
+        member = admin.post("/v1/tokens", json={"user": "mia", "name": "t"}).json()["secret"]
+        as_admin = admin.get("/metrics").text
+    with _as(server, member) as mia:
+        as_member = mia.get("/metrics").text
+    assert 'tenant="vision-team"' in as_admin
+    assert "vision-team" not in as_member
+    assert "vision-team" not in httpx.get(f"{server.url}/metrics", timeout=30).text

@@ -12,6 +12,7 @@ clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing e
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import logging
@@ -117,8 +118,13 @@ def create_app(
         app.include_router(edge.router)
     app.include_router(web_router)  # the dashboard at / (gpupool.web)
 
-    registry = CollectorRegistry()
-    registry.register(ClusterCollector(lambda: read_sample(cp)))
+    # Two views of the cluster: tenant names only for whom may see every tenant.
+    registries: dict[bool, CollectorRegistry] = {}
+    for named in (False, True):
+        registries[named] = CollectorRegistry()
+        registries[named].register(
+            ClusterCollector(functools.partial(read_sample, cp, tenant_names=named))
+        )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -143,13 +149,19 @@ def create_app(
     @app.get("/metrics", tags=["health"])
     async def metrics(request: Request) -> Response:
         """Prometheus metrics (text format); see :mod:`gpupool.metrics`. With
-        ``--metrics-token`` only an admin's or operator's token may read them."""
-        if cp.settings.metrics_token:
-            require(await principal(request, app.state.services), Permission.JOB_READ_ANY)
-        return await run_in_threadpool(_metrics_body)
+        ``--metrics-token`` only an admin's or operator's token may read them. Tenant names
+        label the queue with ``--metrics-tenants``, or for a caller whose token sees every
+        tenant (admin, operator)."""
+        named = cp.settings.metrics_tenants
+        if cp.settings.metrics_token or request.headers.get("authorization"):
+            who = await principal(request, app.state.services)
+            if cp.settings.metrics_token:
+                require(who, Permission.JOB_READ_ANY)
+            named = named or who.cluster_wide
+        return await run_in_threadpool(_metrics_body, named)
 
-    def _metrics_body() -> Response:
-        body = generate_latest(registry) + generate_latest(REGISTRY)
+    def _metrics_body(named: bool) -> Response:
+        body = generate_latest(registries[named]) + generate_latest(REGISTRY)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return app

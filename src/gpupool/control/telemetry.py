@@ -5,8 +5,9 @@ so the cost of a scrape grows with devices, pools and tenants, not with job hist
 
 Tenant names are private to the pool's users: ``/metrics`` may be open to anyone who can
 reach the port, so unless the server is started with ``--metrics-tenants``
-(``ServerSettings.metrics_tenants``) the queue is counted per pool only, under the tenant label
-``""`` (the label stays, so queries by ``(pool, tenant)`` keep working).
+(``ServerSettings.metrics_tenants``) or the scrape carries an admin's or operator's token, the
+queue is counted per pool only, under the tenant label ``""`` (the label stays, so queries by
+``(pool, tenant)`` keep working).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from gpupool.metrics.collector import ClusterSample, DeviceSample
 from gpupool.store.models import DeviceModel, JobModel, NodeModel, SliceModel
 
 
-def read_sample(cp: ControlPlane) -> ClusterSample:
+def read_sample(cp: ControlPlane, *, tenant_names: bool | None = None) -> ClusterSample:
+    """One scrape's sample; ``tenant_names`` (default: ``metrics_tenants``) labels the queue
+    with tenant names, else it is counted per pool under tenant ``""``."""
     hot_c = cp.settings.temperature_alert_c
     with cp.read() as s:
         held = {
@@ -61,7 +64,7 @@ def read_sample(cp: ControlPlane) -> ClusterSample:
                     hot=d.temperature_c is not None and d.temperature_c >= hot_c,
                 )
             )
-        named = cp.settings.metrics_tenants
+        named = cp.settings.metrics_tenants if tenant_names is None else tenant_names
         queue: dict[tuple[str, str], int] = {}
         for pool, tenant, n in s.execute(
             select(JobModel.pool, JobModel.tenant, func.count())
