@@ -192,3 +192,25 @@ def test_a_job_stored_before_the_bounds_still_lists_shows_and_cancels(tmp_path: 
             cancelled = http.post(f"/v1/jobs/{job_id}/cancel", json={})
             assert cancelled.status_code == 200, cancelled.text
             assert cancelled.json()["state"] == "CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/tenants/default/quotas/default", '{"guaranteed_milli": 1' + "0" * 30 + "}"),
+        ("/v1/tenants/default/quotas/default", '{"limit_memory_mib": 1' + "0" * 30 + "}"),
+        ("/v1/tenants/default/quotas/default", '{"gpu_hour_budget": 1e999}'),
+        ("/v1/tenants/default/quotas/default", '{"budget_window_s": 1e999}'),
+        ("/v1/pools/default", '{"default_price_per_gpu_hour": 1e999}'),
+        ("/v1/pools/default", '{"default_price_per_gpu_hour": 1e308}'),
+        ("/v1/pools/default", '{"price_per_gpu_hour": {"A100": 1e999}}'),
+    ],
+)
+def test_an_infinite_or_huge_quota_or_price_is_a_422_and_changes_nothing(
+    http: httpx.Client, path: str, body: str
+) -> None:
+    before = http.get("/v1/pools").json(), http.get("/v1/tenants").json()
+    r = http.put(path, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, (path, body, r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert (http.get("/v1/pools").json(), http.get("/v1/tenants").json()) == before

@@ -76,6 +76,14 @@ JOB_DURATION_S = Bound(
 GRACE_S = Bound("checkpoint.grace", 0, 3600.0, "s", "1h", "use a grace period of at most 1h")
 #: Any other duration people type (``--since``, token lifetimes, windows): a century.
 ANY_DURATION_S = Bound("duration", 0, 36_525 * DAY_S, "s", "100 years", "give a shorter duration")
+#: A tenant's quota in one pool: a million GPUs (milli-GPU), 2^50 MiB of GPU memory.
+QUOTA_MILLI_MAX = 10**9
+QUOTA_MEMORY_MIB_MAX = 2**50
+#: A GPU-hour budget, and the window it is counted over.
+BUDGET_GPU_HOURS_MAX = 1e12
+BUDGET_WINDOW_S_MAX = 3650 * DAY_S
+#: A price per GPU-hour (any currency): far above any real one, far below overflow.
+PRICE_PER_GPU_HOUR_MAX = 1e6
 #: Epoch seconds in query strings and bodies (``since``, ``start``): year 1970 to 9999.
 EPOCH_S = Bound("time", 0, 253_402_300_799.0, "s", "the year 9999", "give epoch seconds")
 
