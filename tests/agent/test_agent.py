@@ -368,7 +368,7 @@ def test_memory_pressure_preempts_the_lowest_priority_opportunistic_job(tmp_path
                 memory_mib_per_device=8192,
                 priority=prio,
                 preemptible=True,
-                env={"SIMGPU_LOAD": "mem=7600"},
+                env={"SIMGPU_LOAD": "mem=7600MiB"},
                 command=sleep,
                 grace_period_s=1,
             )

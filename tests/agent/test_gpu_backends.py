@@ -118,7 +118,7 @@ def test_samples_are_deterministic_under_a_seed(seed: int, milli: int) -> None:
 
 def test_synthetic_load_parsing() -> None:
     assert parse_synthetic_load("util=0.7,mem=4GiB") == SyntheticLoad(0.7, 4096)
-    assert parse_synthetic_load("mem=512") == SyntheticLoad(None, 512)
+    assert parse_synthetic_load("mem=512MiB") == SyntheticLoad(None, 512)
     with pytest.raises(InvalidValue, match="ratio"):
         parse_synthetic_load("util=7")
     with pytest.raises(InvalidValue, match="unknown key"):

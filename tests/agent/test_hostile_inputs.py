@@ -123,7 +123,7 @@ class _RandomUploads(FakeServer):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     args=st.lists(_TEXT, max_size=4),
-    env=st.dictionaries(_TEXT, _TEXT, max_size=4),
+    env=st.dictionaries(_TEXT | st.just("SIMGPU_LOAD"), _TEXT, max_size=4),
     script=st.none() | _TEXT,
     workdir=st.none() | _TEXT,
     upload=st.none() | st.binary(max_size=200) | st.just(b"\x1f\x8b" + b"\x00" * 50),

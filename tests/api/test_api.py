@@ -153,7 +153,7 @@ def test_metrics_are_prefixed_and_carry_no_job_labels(api: Api) -> None:
     }
     assert names
     assert all(n.startswith("gpupool_") for n in names), sorted(names)
-    assert 'gpupool_scheduler_queue{pool="default",tenant="red"} 1.0' in text
+    assert 'gpupool_scheduler_queue{pool="default",tenant=""} 1.0' in text  # names: opt-in
     assert 'gpupool_jobs{state="PENDING"} 1.0' in text
     assert "job" not in {
         kv.split("=")[0]

@@ -78,7 +78,7 @@ def test_parse_gpus_rejects_booleans() -> None:
         ("10GB", 10240),
         ("10gib", 10240),
         ("1.5TiB", 1572864),
-        ("512", 512),
+        ("0", 0),
         ("512M", 512),
         ("0.5GiB", 512),
         ("2048KiB", 2),
@@ -95,6 +95,19 @@ def test_parse_memory_error_names_the_fix() -> None:
     assert str(info.value) == (
         "gpu memory '10 gigs' has an unknown unit 'gigs': use 10GiB or 10240MiB"
     )
+
+
+@pytest.mark.parametrize(("bare", "fix"), [("10", "use 10GiB or 10240MiB"), (512, "use 512GiB")])
+def test_parse_memory_refuses_a_bare_number_with_the_units_to_use(bare: object, fix: str) -> None:
+    with pytest.raises(InvalidValue, match=fix):
+        parse_memory(bare, field="gpu memory")
+
+
+@pytest.mark.parametrize("text", ["1" * 400, 10**400, float("inf"), "1e999"])
+def test_parsers_refuse_huge_and_infinite_numbers(text: object) -> None:
+    for parse in (parse_gpus, parse_cpus, parse_memory, parse_duration):
+        with pytest.raises(InvalidValue):
+            parse(text)
 
 
 @pytest.mark.parametrize("text", ["ten", "10XB", "-5GiB", "1.0001MiB", "GiB"])

@@ -494,6 +494,10 @@ class Agent(GpuRules):
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)
                     next_beat = mono() + delay
+                except Exception as exc:  # a bug or an odd input must not end the node
+                    log.exception("heartbeat round failed; jobs keep running, retrying")
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    next_beat = mono() + self.backoff.next_delay()
             if self.shipper is not None and self.registered and mono() >= next_ship:
                 self.ship_logs()
                 next_ship = mono() + self.config.log_ship_interval_s

@@ -14,6 +14,7 @@ clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing e
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import logging
@@ -21,13 +22,15 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from gpupool import __version__
-from gpupool.api import errors
-from gpupool.api.deps import Services
+from gpupool.api import errors, openapi
+from gpupool.api.bodylimit import BodyLimitMiddleware
+from gpupool.api.deps import Services, principal
 from gpupool.api.reference import api_reference_html
 from gpupool.api.routers import (
     admin,
@@ -40,12 +43,14 @@ from gpupool.api.routers import (
     usage,
     users,
 )
+from gpupool.control.auth import require
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
 from gpupool.control.loop import SchedulingLoop
 from gpupool.control.settings import ServerSettings
 from gpupool.control.telemetry import read_sample
+from gpupool.domain.users import Permission
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY
 from gpupool.scheduling.config import SchedulerConfig
@@ -116,6 +121,8 @@ def create_app(
     app.state.services = Services.build(cp, loop)
     app.state.admin_token_path = token_path
     errors.install(app)
+    app.add_middleware(BodyLimitMiddleware)
+    openapi.install(app, metrics_token=cp.settings.metrics_token)
     for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results):
         app.include_router(module.router)
     for name in EDGE_ROUTERS:
@@ -127,8 +134,13 @@ def create_app(
         app.include_router(edge.router)
     app.include_router(web_router)  # the dashboard at / (gpupool.web)
 
-    registry = CollectorRegistry()
-    registry.register(ClusterCollector(lambda: read_sample(cp)))
+    # Two views of the cluster: tenant names only for whom may see every tenant.
+    registries: dict[bool, CollectorRegistry] = {}
+    for named in (False, True):
+        registries[named] = CollectorRegistry()
+        registries[named].register(
+            ClusterCollector(functools.partial(read_sample, cp, tenant_names=named))
+        )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -156,9 +168,21 @@ def create_app(
         return {"version": __version__}
 
     @app.get("/metrics", tags=["health"])
-    def metrics() -> Response:
-        """Prometheus metrics (text format); see :mod:`gpupool.metrics`."""
-        body = generate_latest(registry) + generate_latest(REGISTRY)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics (text format); see :mod:`gpupool.metrics`. With
+        ``--metrics-token`` only an admin's or operator's token may read them. Tenant names
+        label the queue with ``--metrics-tenants``, or for a caller whose token sees every
+        tenant (admin, operator)."""
+        named = cp.settings.metrics_tenants
+        if cp.settings.metrics_token or request.headers.get("authorization"):
+            who = await principal(request, app.state.services)
+            if cp.settings.metrics_token:
+                require(who, Permission.JOB_READ_ANY)
+            named = named or who.cluster_wide
+        return await run_in_threadpool(_metrics_body, named)
+
+    def _metrics_body(named: bool) -> Response:
+        body = generate_latest(registries[named]) + generate_latest(REGISTRY)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.control.accounting import AccountingService
+from gpupool.control.audit import RefusedCalls
 from gpupool.control.auth import Actor, Principal, authenticate
 from gpupool.control.context import ControlPlane
 from gpupool.control.heartbeat import HeartbeatService
@@ -29,6 +30,16 @@ from gpupool.control.pools import PoolService
 from gpupool.control.tenants import TenantService
 from gpupool.control.uploads import UploadService
 from gpupool.control.users import UserService
+from gpupool.domain.bounds import EPOCH_S
+
+#: A time in a query string: epoch seconds, finite, from 1970 to the year 9999 (``1e999`` and
+#: ``nan`` are a 422, not a comparison that matches everything or nothing).
+EpochQuery = Annotated[
+    float | None,
+    Query(ge=0, le=EPOCH_S.high, allow_inf_nan=False, description="epoch seconds"),
+]
+#: A byte offset or count in a query string (fits the store's 64-bit integers).
+OffsetQuery = Annotated[int | None, Query(ge=0, le=2**62)]
 
 
 @dataclass
@@ -43,6 +54,7 @@ class Services:
     accounting: AccountingService
     logs: LogService
     uploads: UploadService
+    refusals: RefusedCalls
     loop: SchedulingLoop | None = None
 
     @classmethod
@@ -58,6 +70,7 @@ class Services:
             accounting=AccountingService(cp),
             logs=LogService(cp),
             uploads=UploadService(cp),
+            refusals=RefusedCalls(),
             loop=loop,
         )
 

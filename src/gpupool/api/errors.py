@@ -2,7 +2,8 @@
 
 Every service error maps to its status with its message as ``detail``; request validation
 errors list each bad field. A mutating call (POST, PUT, PATCH, DELETE) that fails is written
-to the audit log here, in its own transaction; successful ones were written by the service.
+to the audit log here, in its own transaction, rate-limited per caller by
+:class:`~gpupool.control.audit.RefusedCalls`; successful ones were written by the service.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpupool.control import audit
 from gpupool.control.auth import Actor
 from gpupool.control.errors import ServiceError, Unavailable
 from gpupool.schemas.common import FieldProblem, Problem
@@ -54,10 +54,9 @@ def _audit_failure(request: Request, status: int) -> None:
     remote = request.client.host if request.client is not None else None
     try:
         with svc.cp.tx() as s:
-            audit.record(
+            svc.refusals.record(
                 s,
                 Actor(principal=who) if who is not None else None,
-                "refused",
                 svc.cp.now(),
                 status=status,
                 method=request.method,
@@ -94,8 +93,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = str(exc.detail)
-        if exc.status_code == 404:
+        title = "error"
+        if exc.status_code == 413:
+            title = "request too large"
+        elif exc.status_code == 404:
             detail = f"no such endpoint {request.method} {request.url.path}: see /docs"
         elif exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}: see /docs"
-        return problem_response(request, exc.status_code, "error", detail)
+        return problem_response(request, exc.status_code, title, detail)

@@ -21,6 +21,7 @@ from types import FrameType
 import typer
 
 from gpupool import __version__
+from gpupool.cli.session import handle_errors
 from gpupool.control.settings import ServerSettings
 from gpupool.domain.errors import GpupoolError
 
@@ -146,23 +147,32 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     ),
     log_level: str = typer.Option("warning", help="uvicorn log level"),
     workers: int = typer.Option(1, help="API worker processes (one of them schedules)"),
+    metrics_token: bool = typer.Option(
+        False, "--metrics-token", help="/metrics needs an admin or operator token"
+    ),
+    metrics_tenants: bool = typer.Option(
+        False, "--metrics-tenants", help="/metrics names tenants (default: per pool only)"
+    ),
 ) -> None:
     """Run the control plane: REST API, store and scheduling loop.
 
     Example: ``gpupool server --home /tmp/gp --port 18470``
     """
-    settings = ServerSettings.build(
-        home,
-        database_url,
-        host=host,
-        port=port,
-        migrate=migrate,
-        schedule=schedule,
-        heartbeat_interval_s=heartbeat,
-        node_timeout_s=node_timeout,
-        preempt_exempt_s=preempt_exempt,
-        leader_lease_s=leader_lease,
-    )
+    with handle_errors():  # an impossible number: one line, exit 2
+        settings = ServerSettings.build(
+            home,
+            database_url,
+            host=host,
+            port=port,
+            migrate=migrate,
+            schedule=schedule,
+            heartbeat_interval_s=heartbeat,
+            node_timeout_s=node_timeout,
+            preempt_exempt_s=preempt_exempt,
+            leader_lease_s=leader_lease,
+            metrics_token=metrics_token,
+            metrics_tenants=metrics_tenants,
+        )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)
 

@@ -120,6 +120,10 @@ def _problem(response: httpx.Response) -> ApiError:
     return ApiError(response.status_code, str(body.get("title") or "error"), str(detail))
 
 
+#: The most jobs the server answers in one page of ``GET /v1/jobs``.
+PAGE_SIZE = 1000
+
+
 class Client:
     """A connection to one gpupool server (see the module docstring).
 
@@ -329,14 +333,18 @@ class Client:
         pool: str | None = None,
         name: str | None = None,
         array: str | None = None,
-        limit: int = 1000,
+        limit: int | None = None,
     ) -> builtins.list[JobView]:
-        """Jobs newest first, following pages until ``limit`` jobs (``array``: the tasks of
-        that job array)."""
+        """Jobs newest first (``array``: the tasks of that job array), following the server's
+        pages of at most ``PAGE_SIZE`` to the last one, or until ``limit`` jobs when given.
+
+        Every caller that acts on what it lists (``cancel --array``) must see all of it: a
+        default that stopped at one page cancelled 1,000 tasks of 10,000 and said nothing."""
         out: builtins.list[JobView] = []
         cursor: str | None = None
-        while len(out) < limit:
-            params: builtins.list[tuple[str, Any]] = [("limit", min(1000, limit - len(out)))]
+        while limit is None or len(out) < limit:
+            size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(out))
+            params: builtins.list[tuple[str, Any]] = [("limit", size)]
             params += [("state", s) for s in state or ()]
             filters = (("tenant", tenant), ("user", user), ("pool", pool), ("name", name))
             for key, value in (*filters, ("array", array)):

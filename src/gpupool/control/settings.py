@@ -22,8 +22,16 @@
   effect at once; made by another, within this time.
 - ``leader_lease_s``: how long the scheduling lease lasts without renewal (seconds; renewed every
   third of it): a frozen or cut-off leader is replaced by a standby within this time.
+- ``metrics_token``: ``/metrics`` answers only a token of a role that reads the whole cluster
+  (admin, operator); off: anyone who reaches the port may scrape it.
+- ``metrics_tenants``: ``/metrics`` labels the queue with tenant names (off: per pool only, so
+  an open ``/metrics`` names no tenant).
 - ``submit_batch``: the most submits written in one transaction (group commit);
   ``submit_writers``: how many such transactions may be under way at once.
+
+Every number is checked against its :class:`~gpupool.domain.bounds.Bound` (``SETTING_BOUNDS``)
+when the settings are built, and the node timeout must exceed the heartbeat interval: a
+``--heartbeat nan`` used to start a server whose node timeout never fired.
 """
 
 from __future__ import annotations
@@ -35,7 +43,29 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpupool.domain.bounds import Bound
+from gpupool.domain.errors import InvalidValue
 from gpupool.store.db import resolve_home, resolve_url
+
+_DAY = 86400.0
+#: The accepted range of each numeric setting (field -> bound).
+SETTING_BOUNDS: dict[str, Bound] = {
+    "port": Bound("port", 0, 65535, "", "65535", "use a TCP port, like 8470"),
+    "heartbeat_interval_s": Bound(
+        "heartbeat interval", 0.01, 3600, "s", "1h", "use a few seconds, like 5"
+    ),
+    "node_timeout_s": Bound("node timeout", 0.02, 7 * _DAY, "s", "7 days", "use e.g. 30"),
+    "tick_s": Bound("tick", 0.01, 3600, "s", "1h", "use a few seconds, like 2"),
+    "temperature_alert_c": Bound("temperature alert", 0, 200, "C", "200C", "use e.g. 85"),
+    "log_keep_bytes": Bound("log keep", 0, 2**40, "B", "1TiB", "use e.g. 8MiB"),
+    "upload_max_bytes": Bound("upload max", 0, 2**40, "B", "1TiB", "use e.g. 100MiB"),
+    "upload_retention_s": Bound("upload retention", 0, 3650 * _DAY, "s", "10 years", "e.g. 7d"),
+    "preempt_exempt_s": Bound("preempt exempt", 0, 30 * _DAY, "s", "30 days", "use e.g. 300"),
+    "auth_cache_s": Bound("auth cache", 0, _DAY, "s", "1 day", "use e.g. 5"),
+    "catalog_cache_s": Bound("catalog cache", 0, _DAY, "s", "1 day", "use e.g. 5"),
+    "submit_batch": Bound("submit batch", 1, 10_000, "", "10000", "use e.g. 64"),
+    "submit_writers": Bound("submit writers", 1, 64, "", "64", "use e.g. 2"),
+}
 
 
 def _server_id() -> str:
@@ -63,7 +93,20 @@ class ServerSettings:
     submit_batch: int = 64
     submit_writers: int = 2
     leader_lease_s: float = 15.0
+    metrics_token: bool = False
+    metrics_tenants: bool = False
     server_id: str = field(default_factory=_server_id)
+
+    def __post_init__(self) -> None:
+        for name, bound in SETTING_BOUNDS.items():
+            bound.check(float(getattr(self, name)))
+        if self.node_timeout_s <= self.heartbeat_interval_s:
+            raise InvalidValue(
+                f"node timeout ({self.node_timeout_s:g} s) must be longer than the heartbeat "
+                f"interval ({self.heartbeat_interval_s:g} s): a node would be marked down "
+                "between two heartbeats; use e.g. --node-timeout 30 --heartbeat 5",
+                field="node_timeout_s",
+            )
 
     @property
     def admin_token_path(self) -> Path:

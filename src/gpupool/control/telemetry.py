@@ -2,6 +2,12 @@
 
 Terminal jobs are counted too (``gpupool_jobs{state="COMPLETED"}``), from an aggregate query,
 so the cost of a scrape grows with devices, pools and tenants, not with job history rows read.
+
+Tenant names are private to the pool's users: ``/metrics`` may be open to anyone who can
+reach the port, so unless the server is started with ``--metrics-tenants``
+(``ServerSettings.metrics_tenants``) or the scrape carries an admin's or operator's token, the
+queue is counted per pool only, under the tenant label ``""`` (the label stays, so queries by
+``(pool, tenant)`` keep working).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from gpupool.metrics.collector import ClusterSample, DeviceSample
 from gpupool.store.models import DeviceModel, JobModel, NodeModel, SliceModel
 
 
-def read_sample(cp: ControlPlane) -> ClusterSample:
+def read_sample(cp: ControlPlane, *, tenant_names: bool | None = None) -> ClusterSample:
+    """One scrape's sample; ``tenant_names`` (default: ``metrics_tenants``) labels the queue
+    with tenant names, else it is counted per pool under tenant ``""``."""
     hot_c = cp.settings.temperature_alert_c
     with cp.read() as s:
         held = {
@@ -56,14 +64,15 @@ def read_sample(cp: ControlPlane) -> ClusterSample:
                     hot=d.temperature_c is not None and d.temperature_c >= hot_c,
                 )
             )
-        queue = {
-            (pool, tenant): int(n)
-            for pool, tenant, n in s.execute(
-                select(JobModel.pool, JobModel.tenant, func.count())
-                .where(JobModel.state == JobState.PENDING.value)
-                .group_by(JobModel.pool, JobModel.tenant)
-            )
-        }
+        named = cp.settings.metrics_tenants if tenant_names is None else tenant_names
+        queue: dict[tuple[str, str], int] = {}
+        for pool, tenant, n in s.execute(
+            select(JobModel.pool, JobModel.tenant, func.count())
+            .where(JobModel.state == JobState.PENDING.value)
+            .group_by(JobModel.pool, JobModel.tenant)
+        ):
+            key = (pool, tenant if named else "")
+            queue[key] = queue.get(key, 0) + int(n)
         by_state = {
             state: int(n)
             for state, n in s.execute(select(JobModel.state, func.count()).group_by(JobModel.state))

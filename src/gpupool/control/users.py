@@ -17,6 +17,7 @@ from gpupool.control import audit
 from gpupool.control.auth import Actor, Principal, new_secret, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
+from gpupool.domain.bounds import ANY_DURATION_S
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.users import Permission, Role, User
 from gpupool.store.mapping import user_from_row
@@ -87,6 +88,28 @@ def insert_token(
     return IssuedToken(token_id, user, name, secret, expires)
 
 
+def _within_parent(
+    session: Session, principal: Principal, now: float, ttl_s: float | None
+) -> float | None:
+    """The lifetime of a token ``principal`` mints: never past the expiry of the caller's own
+    token (the parent). No lifetime asked: the parent's remaining one; a longer one asked:
+    :class:`Invalid` saying how long is allowed."""
+    parent = session.get(TokenModel, principal.token_id)
+    expires = parent.expires_at if parent is not None else None
+    if expires is None:
+        return ttl_s
+    left = max(0.0, expires - now)
+    if ttl_s is None:
+        return left
+    if ttl_s > left:
+        raise Invalid(
+            f"the token making this call expires in {left:.0f} s, and a token it creates may "
+            f"not outlive it: ask for a lifetime of at most {left:.0f} s, or create the token "
+            "with a token that does not expire (an admin's)"
+        )
+    return ttl_s
+
+
 class UserService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
@@ -147,6 +170,11 @@ class UserService:
         target = user or principal.user
         if ttl_s is not None and ttl_s <= 0:
             raise Invalid("a token's lifetime must be positive: use e.g. 30d, or none")
+        if ttl_s is not None:
+            try:
+                ANY_DURATION_S.check(ttl_s, field="the token's lifetime")
+            except InvalidValue as exc:
+                raise Invalid(str(exc)) from None
         now = self.cp.now()
         with self.cp.tx() as s:
             row = _load_user(s, principal, target)
@@ -154,6 +182,7 @@ class UserService:
                 raise Forbidden(f"role {principal.role.value} may not create tokens for {target}")
             if row.disabled:
                 raise Conflict(f"user {target} is disabled: enable or recreate the user")
+            ttl_s = _within_parent(s, principal, now, ttl_s)
             issued = insert_token(s, target, name, now, ttl_s)
             audit.record(s, actor, "token.create", now, target=f"{target}/{issued.id}")
         return issued

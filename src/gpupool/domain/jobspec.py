@@ -42,10 +42,20 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import yaml
 
+from gpupool.domain.bounds import (
+    CPU_MILLI,
+    GPU_MEMORY_MIB,
+    GPU_MILLI,
+    HOST_MEMORY_MIB,
+    JOB_DURATION_S,
+    MAX_EXEC_BYTES,
+    exec_text,
+)
 from gpupool.domain.errors import InvalidValue, Problem, SpecError
 from gpupool.domain.jobs import (
     IsolationMode,
@@ -57,7 +67,6 @@ from gpupool.domain.jobs import (
 from gpupool.domain.pools import validate_name
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.units import (
-    MILLI_PER_GPU,
     parse_cpus,
     parse_duration,
     parse_gpus,
@@ -189,10 +198,10 @@ def _as_argv(raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
         raise InvalidValue("command must be a non-empty list of arguments, like [python, train.py]")
     argv: list[str] = []
-    for item in raw:
+    for i, item in enumerate(raw):
         if isinstance(item, (dict, list)) or item is None:
             raise InvalidValue('every command argument must be text; quote numbers like "10"')
-        argv.append(str(item))
+        argv.append(exec_text(str(item), field=f"command argument {i}"))
     if not argv[0]:
         raise InvalidValue("the program (first argument of command) is empty")
     return tuple(argv)
@@ -210,10 +219,17 @@ def _as_types(raw: object) -> tuple[str, ...]:
 
 
 def _as_positive_duration(raw: object, key: str) -> float:
-    value = parse_duration(raw, field=key)
+    value = JOB_DURATION_S.check(parse_duration(raw, field=key), field=key)
     if value <= 0:
         raise InvalidValue(f"{key} must be longer than 0")
     return value
+
+
+def _exec_size(command: tuple[str, ...], script: str | None, env: Mapping[str, str]) -> int:
+    """Bytes the program's argv and environment take at exec (each string and its NUL)."""
+    strings = [*command, *(("/bin/sh", "-c", script) if script is not None else ())]
+    strings += [f"{k}={v}" for k, v in env.items()]
+    return sum(len(x.encode("utf-8", "surrogateescape")) + 1 for x in strings)
 
 
 def build_spec(
@@ -244,7 +260,9 @@ def build_spec(
     elif "command" in data:
         command = c.parse("command", data["command"], _as_argv) or ()
     elif "script" in data:
-        script = c.parse("script", data["script"], lambda v: _as_str(v, "script"))
+        script = c.parse(
+            "script", data["script"], lambda v: exec_text(_as_str(v, "script"), field="script")
+        )
         if script is not None and not script.strip():
             c.add("script", "is empty: write the shell commands to run")
     else:
@@ -260,9 +278,19 @@ def build_spec(
             if isinstance(value, (dict, list)) or value is None:
                 c.add(path, "must be text; quote it")
                 continue
-            env[str(key)] = _as_bool_text(value)
+            text = c.parse(path, _as_bool_text(value), partial(exec_text, field=path))
+            if text is not None:
+                env[str(key)] = text
     else:
         c.add("env", "must be a mapping of NAME: value")
+    size = _exec_size(command, script, env)
+    if size > MAX_EXEC_BYTES:
+        c.add(
+            "command",
+            f"the command and env add up to {size} bytes, more than {MAX_EXEC_BYTES} a job may "
+            "pass to its program: put the data in a file and pass its path, or send it with the "
+            "job's working directory (--workdir)",
+        )
 
     res = _build_resources(c, data.get("resources", {}))
 
@@ -399,8 +427,14 @@ def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
         c.add("resources.gpu_memory", "is set but resources.gpus is 0: ask for a GPU share too")
     if gpus == 0 and types:
         c.add("resources.gpu_types", "is set but resources.gpus is 0: ask for a GPU share too")
-    if gpus is not None and gpus > 64 * MILLI_PER_GPU:
-        c.add("resources.gpus", "more than 64 GPUs per replica: use replicas for larger jobs")
+    for key, bound, value in (
+        ("resources.gpus", GPU_MILLI, gpus),
+        ("resources.gpu_memory", GPU_MEMORY_MIB, gpu_mem),
+        ("resources.cpus", CPU_MILLI, cpus),
+        ("resources.memory", HOST_MEMORY_MIB, mem),
+    ):
+        if value is not None:
+            c.parse(key, value, bound.check)
     if len(c.problems) > before:
         return None
     return ResourceRequest(

@@ -7,13 +7,16 @@ Inside gpupool every share is an integer:
   of devices: a job cannot take 1.5 GPUs.
 - **MiB** for GPU and host memory. ``10GiB``, ``10240MiB``, ``10G`` and ``1.5TiB`` parse;
   decimal suffixes (``GB``) are read as their binary cousins, because that is what people mean
-  when they talk about GPU memory (an "80GB" A100 has 81920 MiB).
+  when they talk about GPU memory (an "80GB" A100 has 81920 MiB). A bare number other than 0
+  is refused: ``--gpu-mem 10`` silently meant 10 MiB where 10 GiB was meant.
 - **milli-CPU** for host CPUs, as Kubernetes counts them: ``2`` is 2000, ``500m`` is 500.
 - **seconds** (float) for durations: Slurm's ``-t`` forms (``90`` minutes, ``1:30:00``,
   ``2-12``, ``2-12:30:00``) and the friendlier ``1h30m``, ``45s``, ``2d``.
 
 Each parser raises :class:`~gpupool.domain.errors.InvalidValue` with a hint for anything else,
-and each formatter is the parser's inverse: ``parse_x(format_x(v)) == v``.
+and each formatter is the parser's inverse: ``parse_x(format_x(v)) == v``. Every parser first
+applies :mod:`gpupool.domain.bounds`: at most ``MAX_NUMBER_CHARS`` characters and a finite
+value (ranges per quantity are the callers', from the same module).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from __future__ import annotations
 import math
 import re
 
+from gpupool.domain.bounds import (
+    ANY_DURATION_S,
+    MAX_NUMBER_CHARS,
+    finite,
+    short_number,
+)
 from gpupool.domain.errors import InvalidValue
 
 MILLI_PER_GPU = 1000
@@ -30,10 +39,19 @@ MIB_PER_TIB = 1024 * 1024
 _NUMBER = r"(?P<num>\d+(?:\.\d*)?|\.\d+)"
 
 
-def _strip(text: object) -> str:
+def _strip(text: object, *, field: str = "number", hint: str = "give a shorter number") -> str:
+    """The text of a number, at most ``MAX_NUMBER_CHARS`` long (a 400-digit one is refused
+    here, before ``float()`` turns it into infinity)."""
     if isinstance(text, bool):
-        raise InvalidValue(f"{text!r} is not a number")
-    return str(text).strip()
+        raise InvalidValue(f"{text!r} is not a number", field=field)
+    if isinstance(text, float) and not math.isfinite(text):
+        raise InvalidValue(f"{field} must be a finite number: {hint}", field=field)
+    if isinstance(text, int) and text.bit_length() > 80:  # str() of a huge int is slow itself
+        raise InvalidValue(
+            f"{field} has more than the {MAX_NUMBER_CHARS} digits a number may have: {hint}",
+            field=field,
+        )
+    return short_number(str(text).strip(), field=field, hint=hint)
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -47,12 +65,12 @@ def parse_gpus(text: object) -> int:
     ``0.5`` / ``50%`` / ``500m`` -> 500; ``1`` -> 1000; ``2`` -> 2000. Zero is allowed (a CPU
     job). Fractions must be at least 1m; above one device the request must be whole devices.
     """
-    raw = _strip(text)
     hint = "use a fraction like 0.5, a percentage like 50%, milli like 500m, or whole GPUs like 2"
+    raw = _strip(text, field="gpus", hint=hint)
     match = _GPU_RE.match(raw)
     if match is None:
         raise InvalidValue(f"{raw!r} is not a GPU amount: {hint}", field="gpus")
-    num = float(match.group("num"))
+    num = finite(float(match.group("num")), field="gpus", hint=hint)
     unit = (match.group("unit") or "").lower()
     if unit == "%":
         milli_f = num * 10.0
@@ -116,10 +134,11 @@ _MEM_UNITS: dict[str, float] = {
 def parse_memory(text: object, *, field: str = "memory") -> int:
     """Parse a memory size into MiB: ``10GiB`` -> 10240, ``10240MiB`` -> 10240, ``1.5TiB``.
 
-    A bare number is MiB. The result must be a whole number of MiB.
+    The unit is required (a bare ``0`` excepted): a bare ``10`` is refused with
+    ``use 10GiB or 10240MiB``. The result must be a whole number of MiB.
     """
-    raw = _strip(text)
     hint = "use 10GiB or 10240MiB"
+    raw = _strip(text, field=field, hint=hint)
     match = _MEM_RE.match(raw)
     if match is None:
         raise InvalidValue(f"{field} {raw!r} is not a memory size: {hint}", field=field)
@@ -128,7 +147,17 @@ def parse_memory(text: object, *, field: str = "memory") -> int:
         raise InvalidValue(
             f"{field} {raw!r} has an unknown unit {match.group('unit')!r}: {hint}", field=field
         )
-    mib_f = float(match.group("num")) * (_MEM_UNITS[unit] if unit else 1)
+    num = finite(float(match.group("num")), field=field, hint=hint)
+    if not unit and num != 0:
+        shown = match.group("num")
+        gib = f"{shown}GiB"
+        mib_of_gib = num * MIB_PER_GIB
+        as_mib = f"{round(mib_of_gib)}MiB" if mib_of_gib == round(mib_of_gib) else "MiB"
+        raise InvalidValue(
+            f"{field} {raw!r} has no unit: use {gib} or {as_mib} (a bare number is ambiguous)",
+            field=field,
+        )
+    mib_f = finite(num * (_MEM_UNITS[unit] if unit else 1), field=field, hint=hint)
     mib = round(mib_f)
     if not math.isclose(mib, mib_f, abs_tol=1e-6):
         raise InvalidValue(
@@ -170,14 +199,12 @@ _CPU_RE = re.compile(rf"^{_NUMBER}\s*(?P<unit>m)?$", re.IGNORECASE)
 
 def parse_cpus(text: object) -> int:
     """Parse a CPU count into milli-CPU: ``2`` -> 2000, ``0.5`` -> 500, ``500m`` -> 500."""
-    raw = _strip(text)
+    hint = "use a number like 4 or 0.5, or milli like 500m"
+    raw = _strip(text, field="cpus", hint=hint)
     match = _CPU_RE.match(raw)
     if match is None:
-        raise InvalidValue(
-            f"{raw!r} is not a CPU count: use a number like 4 or 0.5, or milli like 500m",
-            field="cpus",
-        )
-    num = float(match.group("num"))
+        raise InvalidValue(f"{raw!r} is not a CPU count: {hint}", field="cpus")
+    num = finite(float(match.group("num")), field="cpus", hint=hint)
     milli_f = num if match.group("unit") else num * 1000
     milli = round(milli_f)
     if not math.isclose(milli, milli_f, abs_tol=1e-6):
@@ -208,8 +235,8 @@ def parse_duration(text: object, *, field: str = "duration") -> float:
     Slurm's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (a bare
     number is minutes, as with ``sbatch -t``); and ``1h30m``, ``90s``, ``2d``, ``1d12h``.
     """
-    raw = _strip(text)
     hint = "use minutes like 90, HH:MM:SS like 1:30:00, D-HH:MM like 2-12:00, or 1h30m"
+    raw = _strip(text, field=field, hint=hint)
     if not raw:
         raise InvalidValue(f"{field} is empty: {hint}", field=field)
     slurm = _SLURM_RE.match(raw)
@@ -225,11 +252,12 @@ def parse_duration(text: object, *, field: str = "duration") -> float:
             hours, minutes, seconds = 0, parts[0], parts[1]
         else:
             hours, minutes, seconds = parts
-        return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+        return ANY_DURATION_S.check(float(min(total, 10**18)), field=field)
     friendly = _FRIENDLY_RE.match(raw)
     if friendly is not None and any(friendly.group(k) for k in "dhms"):
         d, h, m, s = (float(friendly.group(k) or 0) for k in "dhms")
-        return ((d * 24 + h) * 60 + m) * 60 + s
+        return ANY_DURATION_S.check(((d * 24 + h) * 60 + m) * 60 + s, field=field)
     raise InvalidValue(f"{field} {raw!r} is not a duration: {hint}", field=field)
 
 

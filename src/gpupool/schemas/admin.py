@@ -16,6 +16,7 @@ from gpupool.domain.tenants import (
     check_fair_share,
 )
 from gpupool.schemas.base import WireModel
+from gpupool.schemas.common import GpuHours, Price, QuotaMiB, QuotaMilli, WindowSeconds
 
 
 class PoolView(WireModel):
@@ -29,8 +30,8 @@ class PoolView(WireModel):
 class PutPoolRequest(WireModel):
     placement: str = "default"
     memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
-    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
-    default_price_per_gpu_hour: float = Field(default=0.0, ge=0.0)
+    price_per_gpu_hour: dict[str, Price] = Field(default_factory=dict)
+    default_price_per_gpu_hour: Price = 0.0
 
 
 class QuotaView(WireModel):
@@ -45,12 +46,12 @@ class QuotaView(WireModel):
 
 
 class PutQuotaRequest(WireModel):
-    guaranteed_milli: int = Field(default=0, ge=0)
-    limit_milli: int | None = Field(default=None, ge=0)
-    guaranteed_memory_mib: int = Field(default=0, ge=0)
-    limit_memory_mib: int | None = Field(default=None, ge=0)
-    gpu_hour_budget: float | None = Field(default=None, ge=0)
-    budget_window_s: float = Field(default=30 * 86400.0, gt=0)
+    guaranteed_milli: QuotaMilli = 0
+    limit_milli: QuotaMilli | None = None
+    guaranteed_memory_mib: QuotaMiB = 0
+    limit_memory_mib: QuotaMiB | None = None
+    gpu_hour_budget: GpuHours | None = None
+    budget_window_s: WindowSeconds = 30 * 86400.0
 
 
 class TenantView(WireModel):

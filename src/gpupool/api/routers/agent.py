@@ -43,7 +43,7 @@ async def wait_for_orders(
     name: str,
     svc: Svc,
     who: Who,
-    since: int = -1,
+    since: Annotated[int, Query(ge=-1, le=2**62)] = -1,
     timeout: Annotated[float, Query(ge=0, le=60)] = 25.0,
 ) -> OrdersAnswer:
     """The long poll: answers as soon as this server commits a start or stop for the node

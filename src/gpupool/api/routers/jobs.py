@@ -8,11 +8,12 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import Act, Svc, Who, calling_actor
+from gpupool.api.deps import Act, OffsetQuery, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
 from gpupool.control.arrays import submit_array
 from gpupool.control.errors import Invalid
 from gpupool.control.jobs import JobFilter
+from gpupool.domain.jobspec import MAX_REPLICAS
 from gpupool.domain.states import JobState
 from gpupool.schemas.agent import LogStream
 from gpupool.schemas.jobs import (
@@ -134,9 +135,9 @@ def job_logs(
     who: Who,
     *,
     stream: LogStream = LogStream.STDOUT,
-    replica: Annotated[int, Query(ge=0)] = 0,
+    replica: Annotated[int, Query(ge=0, le=MAX_REPLICAS)] = 0,
     tail: Annotated[int | None, Query(ge=0, le=100_000)] = None,
-    offset: Annotated[int | None, Query(ge=0)] = None,
+    offset: OffsetQuery = None,
 ) -> Response:
     """A replica's stdout or stderr, the bytes as the job wrote them: the last ``tail`` lines,
     or a page from log byte ``offset`` (at most 4 MiB; without either, from the oldest kept).

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpupool.api.deps import Svc, Who
+from gpupool.api.deps import EpochQuery, Svc, Who
 from gpupool.api.views import usage_view
 from gpupool.schemas.nodes import UsageReport
 
@@ -18,8 +18,8 @@ def usage(
     svc: Svc,
     who: Who,
     *,
-    start: Annotated[float | None, Query(description="epoch seconds; default: 30 days ago")] = None,
-    end: Annotated[float | None, Query(description="epoch seconds; default: now")] = None,
+    start: EpochQuery = None,  # default: 30 days before end
+    end: EpochQuery = None,  # default: now
     group_by: Annotated[
         list[str] | None, Query(description="tenant, user, pool, gpu_model")
     ] = None,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpupool.api.deps import Act, Svc, Who
+from gpupool.api.deps import Act, EpochQuery, Svc, Who
 from gpupool.api.views import issued_view, token_view, user_view
 from gpupool.control import audit
 from gpupool.control.auth import require
@@ -76,8 +76,8 @@ def audit_log(  # noqa: PLR0917 - one query parameter per argument
     svc: Svc,
     who: Who,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    since: float | None = None,
-    until: float | None = None,
+    since: EpochQuery = None,
+    until: EpochQuery = None,
     user: Annotated[str | None, Query(max_length=64)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
     target: Annotated[str | None, Query(max_length=200)] = None,
