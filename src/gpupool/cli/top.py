@@ -89,13 +89,18 @@ def read_frame(gp: Client) -> Frame:
     return Frame(devices, telemetry, running, SystemClock().now(), pending)
 
 
+#: How top's device table fits: node, index, utilisation, memory and temperature stay; the
+#: slices (also in the jobs table) and the allocation go before the health.
 DEVICE_MOVES: tuple[Move, ...] = (
     Cut("SLICES (JOB SHARE)", 24),
     Drop("POWER"),
     Drop("ALLOC MEM"),
     Cut("MODEL", 9),
-    Drop("HEALTH"),
     Cut("SLICES (JOB SHARE)", 12),
+    Drop("ALLOC"),
+    Cut("MODEL", 6),
+    Cut("HEALTH", 7),
+    Drop("HEALTH"),
 )
 RUNNING_MOVES: tuple[Move, ...] = (
     Cut("NAME", 14),
