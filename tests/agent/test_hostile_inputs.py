@@ -181,3 +181,16 @@ def test_fuzzed_assignments_never_end_the_agent(
             for key in list(agent.replicas):
                 agent.executor.stop(key, reason="admin", signal_name="SIGKILL", grace_s=0.0)
             agent.close()
+
+
+def test_removing_a_replica_without_a_copy_leaves_its_jobs_shared_folder(tmp_path: Path) -> None:
+    """A job without an upload runs in ``work/<job id>``, shared by its replicas on the node:
+    the end of one replica must not remove the folder another runs in."""
+    shared = tmp_path / "work" / "job-1"
+    shared.mkdir(parents=True)
+    unpack_module.remove_copy(tmp_path / "work", "job-1", "a1")
+    assert shared.is_dir()
+    copy = unpack_module.copy_path(tmp_path / "work", "job-2", "a2")
+    (copy / "sub").mkdir(parents=True)
+    unpack_module.remove_copy(tmp_path / "work", "job-2", "a2")
+    assert not copy.parent.exists()
