@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 HUGE = "1" * 400
+_JSON = {"Content-Type": "application/json"}
 
 
 def _spec(**fields: Any) -> dict[str, Any]:
@@ -74,6 +75,22 @@ CASES: list[tuple[str, tuple[str, str, dict[str, Any]]]] = [
                 "content": b'{"name": "x", "ttl_s": 1e999}',
                 "headers": {"Content-Type": "application/json"},
             },
+        ),
+    ),
+    (
+        "quota guaranteed_milli 10^30",
+        (
+            "PUT",
+            "/v1/tenants/default/quotas/default",
+            {"content": b'{"guaranteed_milli": 1' + b"0" * 30 + b"}", "headers": _JSON},
+        ),
+    ),
+    (
+        "pool price 1e999",
+        (
+            "PUT",
+            "/v1/pools/default",
+            {"content": b'{"default_price_per_gpu_hour": 1e999}', "headers": _JSON},
         ),
     ),
     ("no token: POST /v1/jobs", ("POST", "/v1/jobs", {"json": {"spec": {}}, "anonymous": True})),

@@ -181,3 +181,42 @@ def test_fuzzed_assignments_never_end_the_agent(
             for key in list(agent.replicas):
                 agent.executor.stop(key, reason="admin", signal_name="SIGKILL", grace_s=0.0)
             agent.close()
+
+
+def test_removing_a_replica_without_a_copy_leaves_its_jobs_shared_folder(tmp_path: Path) -> None:
+    """A job without an upload runs in ``work/<job id>``, shared by its replicas on the node:
+    the end of one replica must not remove the folder another runs in."""
+    shared = tmp_path / "work" / "job-1"
+    shared.mkdir(parents=True)
+    unpack_module.remove_copy(tmp_path / "work", "job-1", "a1")
+    assert shared.is_dir()
+    copy = unpack_module.copy_path(tmp_path / "work", "job-2", "a2")
+    (copy / "sub").mkdir(parents=True)
+    unpack_module.remove_copy(tmp_path / "work", "job-2", "a2")
+    assert not copy.parent.exists()
+
+
+def test_a_replica_whose_supervisor_cannot_start_is_a_boot_failure_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server)
+    agent.executor._python = str(tmp_path / "no-such-python")  # the launch itself fails
+    a = AssignmentSpec(
+        assignment_id="sv",
+        epoch=1,
+        job_id="job-sv",
+        job_name="t",
+        replica_rank=0,
+        command=["/bin/true"],
+        milli_per_device=500,
+        memory_mib_per_device=1024,
+    )
+    assert agent.apply_start(a)
+    agent.observe()
+    agent.heartbeat()
+    seen = server.last("sv")
+    assert seen is not None
+    assert seen.state is ReplicaState.BOOT_FAILED, seen
+    assert "could not launch" in (seen.reason or "")
+    agent.close()

@@ -33,7 +33,15 @@ from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER, Executor
 from gpupool.agent.gpurules import GpuRules, Replica
-from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
+from gpupool.agent.jobdir import (
+    BOOT_FAILED,
+    EXITED,
+    RUNNING,
+    LaunchSpec,
+    ProcessState,
+    read_json,
+    write_json,
+)
 from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
     agent_identity,
@@ -448,7 +456,9 @@ class Agent(GpuRules):
         except Exception as exc:  # e.g. a full disk: that job fails, not the node
             log.exception("launching %s failed", a.assignment_id)
             reason = f"the node could not launch the job: {type(exc).__name__}: {exc}"
-            self.executor.record_boot_failure(a.assignment_id, reason[:500], self._record(replica))
+            jd = self.executor.jobdir(a.assignment_id)
+            jd.path.mkdir(parents=True, exist_ok=True)  # launch.json may be there already
+            jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason[:500]))
             return True
         if self.shipper is not None:
             self.shipper.track(a.assignment_id)

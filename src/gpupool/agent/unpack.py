@@ -168,7 +168,9 @@ def remove_copy(work_root: Path, job_id: str, assignment_id: str) -> None:
 
     Safe to call for a replica that had none; errors are ignored (a later call retries)."""
     copy = copy_path(work_root, job_id, assignment_id)
-    if copy.parent.parent != work_root:  # ids are server-made, but never leave the root
+    if copy.parent.parent != work_root or not copy.is_dir():  # ids are server-made
+        # No copy (a job without an upload): its folder ``work/<job id>`` may be another
+        # replica's working directory right now, so it is left alone.
         return
     shutil.rmtree(copy, ignore_errors=True)
     with contextlib.suppress(OSError):
