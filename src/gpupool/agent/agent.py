@@ -330,6 +330,7 @@ class Agent:
                 self.inventory, telemetry, verdicts, [d.uuid for d in self.devices]
             ),
             replicas=replicas,
+            agent_id=self.agent_id,
         )
 
     def heartbeat(self) -> HeartbeatResponse:
