@@ -8,9 +8,10 @@ import pytest
 from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict
+from gpupool.control.heartbeat import HeartbeatService
 from gpupool.control.loop import SchedulingLoop
 from gpupool.control.nodes import NodeService
-from gpupool.schemas.agent import DeviceInfo, RegisterRequest
+from gpupool.schemas.agent import DeviceInfo, HeartbeatRequest, HeartbeatResponse, RegisterRequest
 from tests.control.builders import ADMIN, AGENT, heartbeat, register, running, submit
 
 A = "a" * 32
@@ -80,3 +81,38 @@ def test_deleting_an_up_node_is_refused_with_what_to_do(cp: ControlPlane) -> Non
     register(cp, "n1")
     with pytest.raises(Conflict, match=r"only a down node can be deleted.*gpupool drain n1"):
         NodeService(cp).delete(ADMIN, "n1")
+
+
+def test_an_agent_back_after_another_took_its_name_kills_its_copies_then_must_register(
+    cp: ControlPlane, clock: ManualClock
+) -> None:
+    _register(cp, A, gpus=1)
+    job = submit(cp, gpus="1", requeue="on-preemption")
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    try:
+        loop.cycle()
+        aid = heartbeat(cp, "n1").start[0].assignment_id
+        heartbeat(cp, "n1", replicas=[running(aid)])
+        clock.advance(cp.settings.node_timeout_s + 1)  # agent A is cut off
+        assert loop.nodes.mark_silent_nodes_down(watching_since=0.0) == ["n1"]
+        _register(cp, B, gpus=1)  # agent B takes the name
+
+        def beat_from_a(*replicas: str) -> HeartbeatResponse:
+            return HeartbeatService(cp).heartbeat(
+                AGENT,
+                HeartbeatRequest(
+                    node="n1", epoch=cp.epoch, agent_id=A, replicas=[running(r) for r in replicas]
+                ),
+            )
+
+        back = beat_from_a(aid)  # A returns, its copy still running
+        assert [(o.assignment_id, o.signal) for o in back.stop] == [(aid, "SIGKILL")]
+        assert back.start == []
+        done = beat_from_a()  # nothing left running: it must register, and is refused
+        assert done.registered is False
+        with pytest.raises(Conflict, match="already served by a live agent"):
+            _register(cp, A, gpus=1)
+        assert job.id
+    finally:
+        loop.leadership.release()

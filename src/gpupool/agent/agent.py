@@ -302,6 +302,7 @@ class Agent(GpuRules):
                 self.inventory, telemetry, verdicts, [d.uuid for d in self.devices]
             ),
             replicas=replicas,
+            agent_id=self.agent_id,
         )
 
     def heartbeat(self) -> HeartbeatResponse:

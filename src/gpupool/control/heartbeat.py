@@ -240,6 +240,32 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
     )
 
 
+def _stale_agent(req: HeartbeatRequest, epoch: int, interval_s: float) -> HeartbeatResponse:
+    """The answer to an agent that no longer speaks for its node: another agent registered the
+    name while this one was away past the node timeout, so the server has ended this one's
+    replicas (failed over as NODE_FAIL). Nothing it reports is recorded. While it still runs
+    replicas it is told to kill them (never two copies of a job at once); then it is told to
+    register again, which is refused while the other agent lives, with what to do."""
+    alive = [
+        r.assignment_id
+        for r in req.replicas
+        if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
+    ]
+    stop = [
+        StopOrder(
+            assignment_id=aid,
+            epoch=epoch,
+            reason=StopReason.CANCEL,
+            signal="SIGKILL",
+            grace_period_s=0.0,
+        )
+        for aid in alive
+    ]
+    return HeartbeatResponse(
+        epoch=epoch, heartbeat_interval_s=interval_s, stop=stop, registered=bool(alive)
+    )
+
+
 class HeartbeatService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
@@ -252,6 +278,13 @@ class HeartbeatService:
         with self.cp.tx() as s:
             epoch = current_epoch(s)
             node = s.get(NodeModel, req.node)
+            if (
+                node is not None
+                and req.agent_id is not None
+                and node.agent_id is not None
+                and req.agent_id != node.agent_id
+            ):
+                return _stale_agent(req, epoch, settings.heartbeat_interval_s)
             if node is None:
                 return HeartbeatResponse(
                     epoch=epoch,

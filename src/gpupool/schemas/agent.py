@@ -169,6 +169,17 @@ class HeartbeatRequest(WireModel):
     epoch: int = Field(description="the highest server epoch this agent has seen (0 = none)")
     telemetry: list[DeviceTelemetry] = Field(default_factory=list)
     replicas: list[ReplicaStatus] = Field(default_factory=list)
+    agent_id: str | None = Field(
+        default=None,
+        min_length=16,
+        max_length=64,
+        pattern=r"^[0-9a-f]+$",
+        description=(
+            "as in RegisterRequest: a heartbeat from an agent other than the one that last "
+            "registered the node changes nothing; it is told to kill the replicas it still "
+            "runs, then answered registered=false"
+        ),
+    )
 
 
 class GangInfo(WireModel):
