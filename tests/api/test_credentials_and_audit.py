@@ -23,7 +23,7 @@ from tests.api.server_proc import ServerProcess
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("creds") / "home")
-    proc.start(timeout=180)
+    proc.start()
     try:
         yield proc
     finally:

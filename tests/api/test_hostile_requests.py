@@ -26,7 +26,7 @@ HUGE = "1" * 400
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("hostile") / "home")
-    proc.start(timeout=180)
+    proc.start()
     try:
         yield proc
     finally:

@@ -36,7 +36,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("schemathesis") / "home")
-    proc.start(timeout=180)
+    proc.start()
     try:
         yield proc
     finally:

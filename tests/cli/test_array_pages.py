@@ -25,7 +25,7 @@ TASKS = 1_050  # more than one page of 1,000
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("pages") / "home")
-    proc.start(timeout=180)
+    proc.start()
     try:
         yield proc
     finally:
