@@ -256,6 +256,7 @@ class HeartbeatService:
                 return HeartbeatResponse(
                     epoch=epoch,
                     heartbeat_interval_s=settings.heartbeat_interval_s,
+                    node_timeout_s=settings.node_timeout_s,
                     registered=False,
                 )
             node.last_heartbeat = now
@@ -340,6 +341,7 @@ class HeartbeatService:
         return HeartbeatResponse(
             epoch=epoch,
             heartbeat_interval_s=settings.heartbeat_interval_s,
+            node_timeout_s=settings.node_timeout_s,
             start=start,
             stop=stop,
             finished_ack=finished,

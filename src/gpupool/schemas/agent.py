@@ -92,6 +92,12 @@ class RegisterResponse(WireModel):
     epoch: int
     heartbeat_interval_s: float
     server_version: str
+    node_timeout_s: float | None = Field(
+        default=None,
+        description="silence after which the server marks the node down and starts its jobs "
+        "elsewhere; the agent stops its replicas after half of it without an answer "
+        "(agent/fence.py). None from an older server: no fencing",
+    )
 
 
 class DeviceTelemetry(WireModel):
@@ -231,6 +237,12 @@ class HeartbeatResponse(WireModel):
 
     epoch: int
     heartbeat_interval_s: float
+    node_timeout_s: float | None = Field(
+        default=None,
+        description="silence after which the server marks the node down and starts its jobs "
+        "elsewhere; the agent stops its replicas after half of it without an answer "
+        "(agent/fence.py). None from an older server: no fencing",
+    )
     start: list[AssignmentSpec] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
     finished_ack: list[str] = Field(
