@@ -35,6 +35,10 @@ from pathlib import Path
 
 #: Every namespace and bridge these tests make is named ``gpn<PID>...``.
 PREFIX = "gpn"
+#: Networks made by this process so far: each gets its own letter, since the kernel frees a
+#: deleted namespace's veth pair asynchronously and a next test must not collide with it.
+_made = 0
+
 #: The range the private /24 is taken from (RFC 2544: benchmarking, never routed publicly).
 RANGE = ipaddress.ip_network("198.18.0.0/15")
 
@@ -82,7 +86,7 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_leftovers() -> None:
-    """Delete namespaces and bridges left by runs whose process is gone (a killed pytest)."""
+    """Delete namespaces, bridges and veth ends left by runs whose process is gone."""
     pattern = re.compile(rf"^{PREFIX}(\d+)")
     names = [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line]
     for name in names:
@@ -90,7 +94,7 @@ def sweep_leftovers() -> None:
         if m and not _alive(int(m.group(1))):
             _kill_in(_netns_inode_of(name))
             _ip("netns", "del", name)
-    for line in _ip("-o", "link", "show", "type", "bridge").stdout.splitlines():
+    for line in _ip("-o", "link", "show").stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         m = pattern.match(name)
         if m and not _alive(int(m.group(1))):
@@ -154,14 +158,15 @@ class Host:
         self.ns = f"{network.tag}{name}"
         self.address = address
         self.inode: int | None = None
+        self.outside = ""  # the veth end on the bridge, in the root namespace
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def _create(self, index: int) -> None:
         _must("netns", "add", self.ns)
         self.inode = _netns_inode_of(self.ns)
-        outside = f"{self.network.tag}v{index}"
-        _must("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
-        _must("link", "set", outside, "master", self.network.bridge, "up")
+        self.outside = f"{self.network.tag}v{index}"
+        _must("link", "add", self.outside, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
+        _must("link", "set", self.outside, "master", self.network.bridge, "up")
         _must("-n", self.ns, "link", "set", "lo", "up")
         prefix = self.network.subnet.prefixlen
         _must("-n", self.ns, "addr", "add", f"{self.address}/{prefix}", "dev", "eth0")
@@ -223,16 +228,23 @@ class Host:
                 proc.wait(timeout=10)
 
     def _destroy(self) -> None:
-        self.kill_all()
+        # Sockets still closing pin a namespace (and its veth pair) after its processes are
+        # gone: destroy them first (best effort: `ss -K` needs the kernel's sock_destroy).
+        subprocess.run(
+            self.command(["ss", "-K", "-a"]), capture_output=True, check=False, timeout=30
+        )
         _ip("netns", "del", self.ns)
+        _ip("link", "del", self.outside)
 
 
 class Network:
     """The test's private /24 with its bridge, and the hosts on it (see the module docstring)."""
 
     def __init__(self) -> None:
+        global _made  # noqa: PLW0603 - one counter per test process
         sweep_leftovers()
-        self.tag = f"{PREFIX}{os.getpid()}"
+        self.tag = f"{PREFIX}{os.getpid()}{'abcdefghijklmnopqrstuvwxyz'[_made % 26]}"
+        _made += 1
         self.subnet = _free_subnet()
         self.bridge = f"{self.tag}br"
         if len(self.bridge) > 15 or len(f"{self.tag}v99") > 15:
@@ -257,6 +269,8 @@ class Network:
 
     def close(self) -> None:
         """Kill every process in every host, delete the hosts and the bridge."""
+        for host in self.hosts.values():  # all first, while they can still close connections
+            host.kill_all()
         for host in self.hosts.values():
             host._destroy()
         self.hosts.clear()
