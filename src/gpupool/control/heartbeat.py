@@ -133,7 +133,7 @@ def _finish_assignment(s: Session, a: AssignmentModel, rep: ReplicaStatus, now: 
     live = [x for x in attempt if x.state != "finished"]
     failed = not (rep.exit_code == 0 and rep.signal is None) and a.stop_reason is None
     if live:
-        if failed or a.stop_reason in ("boot", "memory", "pressure"):
+        if failed or a.stop_reason in ("boot", "memory", "pressure", "node"):
             for other in live:  # a gang lives and dies together
                 if other.stop_reason is None:
                     other.stop_reason = "gang"

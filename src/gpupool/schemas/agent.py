@@ -133,7 +133,9 @@ class StopReason(str, enum.Enum):
 
     ``cancel``, ``preempt`` and ``timeout`` come from the server (or the time limit the agent
     enforces); ``memory`` is the watchdog stopping a job over its memory slice; ``pressure`` is
-    the agent preempting an opportunistic job because the device ran short of memory.
+    the agent preempting an opportunistic job because the device ran short of memory; ``node``
+    is the agent's fence stopping its jobs after half the node timeout without an answer from the
+    server (agent/fence.py), which the server records as it records a lost node.
     """
 
     CANCEL = "cancel"
@@ -141,6 +143,7 @@ class StopReason(str, enum.Enum):
     TIMEOUT = "timeout"
     MEMORY = "memory"
     PRESSURE = "pressure"
+    NODE = "node"
 
 
 class ReplicaStatus(WireModel):
