@@ -10,8 +10,11 @@ the root namespace gains only the bridge's route to it.
 Words:
 
 - *host*: one namespace with its ``eth0`` (the veth end inside it), its loopback and an address.
-- *cut* / *heal*: ``ip link set eth0 down`` / ``up`` inside the host: its packets go nowhere
-  (the route to the /24 goes with the link, so connects fail at once) until it is healed.
+- *cut* / *heal*: take the host off the network and put it back, in one of two ways
+  (:data:`CUTS`): ``down``, ``ip link set eth0 down`` inside the host (its route goes with the
+  link: new connections fail at once, established ones time out); ``unplug``, its veth end
+  taken off the bridge (its link stays up and every packet is silently lost: connections time
+  out, as in a real partition).
 
 Only network namespaces are made: PIDs, files and users are shared with the test, so the test
 counts a host's processes by the network namespace each one is in (``/proc/PID/ns/net``).
@@ -38,6 +41,9 @@ PREFIX = "gpn"
 #: Networks made by this process so far: each gets its own letter, since the kernel frees a
 #: deleted namespace's veth pair asynchronously and a next test must not collide with it.
 _made = 0
+
+#: The ways :meth:`Host.cut` can take a host off the network (see the module docstring).
+CUTS = ("down", "unplug")
 
 #: The range the private /24 is taken from (RFC 2544: benchmarking, never routed publicly).
 RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -212,13 +218,19 @@ class Host:
         """Every process now in this host's network namespace."""
         return pids_in(self.inode)
 
-    def cut(self) -> None:
-        """Take this host off the network: its eth0 goes down."""
-        _must("-n", self.ns, "link", "set", "eth0", "down")
+    def cut(self, how: str = "down") -> None:
+        """Take this host off the network, ``how`` one of :data:`CUTS`."""
+        if how == "down":
+            _must("-n", self.ns, "link", "set", "eth0", "down")
+        elif how == "unplug":
+            _must("link", "set", self.outside, "nomaster")
+        else:
+            raise ValueError(f"{how!r} is not a way to cut a host: use one of {', '.join(CUTS)}")
 
     def heal(self) -> None:
-        """Put this host back on the network (the address and route come back with the link)."""
+        """Put this host back on the network, however it was cut."""
         _must("-n", self.ns, "link", "set", "eth0", "up")
+        _must("link", "set", self.outside, "master", self.network.bridge)
 
     def kill_all(self) -> None:
         """SIGKILL every process in this host."""

@@ -1,7 +1,8 @@
 """Faults across real hosts (issue 18): a pool spread over network namespaces, with its own
 PostgreSQL, and the network or the store taken away under running jobs.
 
-1. One agent's link is cut past the node timeout: the node goes down, its jobs start on the
+1. One agent's link is cut past the node timeout (its link down, or unplugged from the bridge
+   so that its packets are silently lost): the node goes down, its jobs start on the
    other agent; healed, the returning agent's copies are stopped. Never two copies of a job at
    once, counted in ``/proc`` on both hosts and from each copy's own heartbeat file.
 2. The test's PostgreSQL is SIGKILLed during a burst of submits and while jobs run: 503 with
@@ -29,7 +30,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.store.models import AssignmentModel, LeaderModel
-from tests.netns.hosts import Network
+from tests.netns.hosts import CUTS, Network
 from tests.netns.pool import (
     Agent,
     Api,
@@ -109,7 +110,8 @@ def pool(network: Network, postgres: Postgres, tmp_path: Path) -> Iterator[Pool]
         p.close()  # the hosts and their processes go with the network fixture
 
 
-def test_a_cut_agent_link_moves_its_jobs_and_never_runs_two_copies(pool: Pool) -> None:
+@pytest.mark.parametrize("how", CUTS)
+def test_a_cut_agent_link_moves_its_jobs_and_never_runs_two_copies(pool: Pool, how: str) -> None:
     api = pool.start()
     names = [f"mover{i}" for i in range(4)]
     with CopyCounter(pool.network) as counter:
@@ -123,7 +125,7 @@ def test_a_cut_agent_link_moves_its_jobs_and_never_runs_two_copies(pool: Pool) -
         cut = pool.agents[on[names[0]]]
         other = ({"a1", "a2"} - {cut.node}).pop()
         moved = [n for n in names if on[n] == cut.node]
-        cut.host.cut()
+        cut.host.cut(how)
         try:
             wait_for(lambda: api.node_state(cut.node) == "down", 60, f"{cut.node} marked down")
             for name in moved:
