@@ -11,7 +11,9 @@ Acting on an answer follows the protocol's rules (:mod:`gpupool.schemas.agent`):
 order from an epoch older than the highest seen is ignored; a start whose assignment id is
 already known (running, finished, or acknowledged) does nothing; a stop for an unknown or
 finished replica does nothing; ``finished_ack`` lets the agent file a replica away. While the
-server is unreachable, replicas keep running and heartbeats retry with backoff.
+server is unreachable, replicas keep running and heartbeats retry with backoff, until the fence
+(:mod:`gpupool.agent.fence`): after half the server's node timeout with no answer at all, the
+agent stops its replicas, because the server is about to start them elsewhere.
 
 At start the agent **adopts** every replica it finds in its state folder: their supervisors kept
 running while the agent was away, and they are reported, never started again.
@@ -32,6 +34,7 @@ from gpupool import __version__
 from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER, Executor
+from gpupool.agent.fence import Fence
 from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import (
     BOOT_FAILED,
@@ -53,7 +56,13 @@ from gpupool.agent.node import (
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.results import ResultShipper, ResultSink
 from gpupool.agent.runas import AGENT, Account, NoAccount, hand_over, job_account
-from gpupool.agent.transport import AgentRejected, Backoff, ServerUnavailable, Transport
+from gpupool.agent.transport import (
+    AgentRejected,
+    Backoff,
+    ServerSilent,
+    ServerUnavailable,
+    Transport,
+)
 from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
 from gpupool.agent.usage import newest_mtime
 from gpupool.control.clock import Clock
@@ -146,6 +155,10 @@ class Agent(GpuRules):
         self.backoff = Backoff()
         self.backoff.cap_at(self.interval_s)
         self.last_error: str | None = None
+        self.fence = Fence(last_contact=clock.monotonic())
+        # The fence is checked by its own thread, since a heartbeat to a silent server blocks
+        # the loop for a whole request timeout; this lock orders its checks with contacts.
+        self._fence_lock = threading.Lock()
         self._meta_path = config.state_dir / "agent.json"
         self.agent_id = agent_identity(config.state_dir)
         meta = read_json(self._meta_path) or {}
@@ -228,9 +241,11 @@ class Agent(GpuRules):
 
     def register(self) -> None:
         answer = self.transport.register(self.register_request())
+        self.contact()
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
+        self.fence.node_timeout_s = answer.node_timeout_s
         self.registered = True
 
     # ------------------------------------------------------------------ observing
@@ -310,6 +325,7 @@ class Agent(GpuRules):
             self._take_inventory()  # MIG re-partitioned: register the devices as they are now
             self.register()
         answer = self.transport.heartbeat(self.heartbeat_request())
+        self.contact()
         self.heartbeats += 1
         self.handle(answer)
         return answer
@@ -321,6 +337,7 @@ class Agent(GpuRules):
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
+        self.fence.node_timeout_s = answer.node_timeout_s
         if not answer.registered:
             self.registered = False
             return
@@ -477,6 +494,9 @@ class Agent(GpuRules):
                 name="gpupool-agent-orders",
                 daemon=True,
             ).start()
+        threading.Thread(
+            target=self._watch_fence, args=(stop,), name="gpupool-agent-fence", daemon=True
+        ).start()
         mono = self.clock.monotonic
         next_beat = mono()
         next_mps_check = mono() + 60.0
@@ -500,6 +520,8 @@ class Agent(GpuRules):
                     self.last_error = None
                     next_beat = mono() + self.interval_s
                 except ServerUnavailable as exc:
+                    if not isinstance(exc, ServerSilent):
+                        self.contact()  # an answer, even an error: not cut off
                     delay = self.backoff.next_delay()
                     if self.last_error is None:
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
@@ -516,6 +538,37 @@ class Agent(GpuRules):
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+
+    def contact(self) -> None:
+        """The server answered (anything): the fence's silence starts again."""
+        with self._fence_lock:
+            self.fence.contact(self.clock.monotonic())
+
+    def _watch_fence(self, stop: threading.Event) -> None:
+        while not stop.wait(self.config.local_tick_s):
+            self.check_fence()
+
+    def check_fence(self) -> bool:
+        """Stop every running replica when the server has not answered for half its node
+        timeout, because it starts them elsewhere (see :mod:`gpupool.agent.fence`); True when
+        it did."""
+        with self._fence_lock:
+            now = self.clock.monotonic()
+            if not self.fence.due(now):
+                return False
+            reason = self.fence.reason(now)
+            self.fence.fenced = True
+            running = [
+                (key, r.assignment)
+                for key, r in list(self.replicas.items())
+                if r.observed is not None and r.observed.status == RUNNING
+            ]
+            if running:
+                log.warning("%s: stopping %d replica(s)", reason, len(running))
+            for key, a in running:
+                grace = self.fence.grace(now, a.grace_period_s)
+                self._local_stop(key, "node", reason, a.checkpoint_signal, grace)
+            return True
 
     def _long_poll(self, waiter: OrderWaiter, stop: threading.Event) -> None:
         """Wait on the server for new orders; wake the loop to heartbeat when they come.

@@ -35,6 +35,22 @@ class ServerUnavailable(GpupoolError):
     """The server did not answer usefully; try again later."""
 
 
+class ServerSilent(ServerUnavailable):
+    """No answer at all from the server's host (timeout, no route, network unreachable), as
+    opposed to an error answer or a refused connection: only this counts toward the agent's
+    fence (agent/fence.py)."""
+
+
+def unavailable(message: str, exc: httpx.HTTPError) -> ServerUnavailable:
+    """The error for a request that got no HTTP answer: refused (the host is up) or silent."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return ServerUnavailable(message)
+        cause = cause.__cause__ or cause.__context__
+    return ServerSilent(message)
+
+
 class AgentRejected(GpupoolError):
     """The server refused the agent (bad token, wrong role, bad request)."""
 
@@ -79,8 +95,8 @@ class HttpTransport:
         try:
             response = self._client.post(path, json=body.model_dump(mode="json"))
         except httpx.HTTPError as exc:
-            raise ServerUnavailable(
-                f"cannot reach the server at {self._client.base_url}: {exc}"
+            raise unavailable(
+                f"cannot reach the server at {self._client.base_url}: {exc}", exc
             ) from None
         if response.status_code in (401, 403):
             raise AgentRejected(

@@ -133,7 +133,7 @@ def _finish_assignment(s: Session, a: AssignmentModel, rep: ReplicaStatus, now: 
     live = [x for x in attempt if x.state != "finished"]
     failed = not (rep.exit_code == 0 and rep.signal is None) and a.stop_reason is None
     if live:
-        if failed or a.stop_reason in ("boot", "memory", "pressure"):
+        if failed or a.stop_reason in ("boot", "memory", "pressure", "node"):
             for other in live:  # a gang lives and dies together
                 if other.stop_reason is None:
                     other.stop_reason = "gang"
@@ -289,6 +289,7 @@ class HeartbeatService:
                 return HeartbeatResponse(
                     epoch=epoch,
                     heartbeat_interval_s=settings.heartbeat_interval_s,
+                    node_timeout_s=settings.node_timeout_s,
                     registered=False,
                 )
             node.last_heartbeat = now
@@ -373,6 +374,7 @@ class HeartbeatService:
         return HeartbeatResponse(
             epoch=epoch,
             heartbeat_interval_s=settings.heartbeat_interval_s,
+            node_timeout_s=settings.node_timeout_s,
             start=start,
             stop=stop,
             finished_ack=finished,

@@ -191,6 +191,7 @@ class NodeService:
             node_id=req.node,
             epoch=epoch,
             heartbeat_interval_s=self.cp.settings.heartbeat_interval_s,
+            node_timeout_s=self.cp.settings.node_timeout_s,
             server_version=__version__,
         )
 

@@ -102,6 +102,12 @@ class RegisterResponse(WireModel):
     epoch: int
     heartbeat_interval_s: float
     server_version: str
+    node_timeout_s: float | None = Field(
+        default=None,
+        description="silence after which the server marks the node down and starts its jobs "
+        "elsewhere; the agent stops its replicas after half of it without an answer "
+        "(agent/fence.py). None from an older server: no fencing",
+    )
 
 
 class DeviceTelemetry(WireModel):
@@ -137,7 +143,9 @@ class StopReason(str, enum.Enum):
 
     ``cancel``, ``preempt`` and ``timeout`` come from the server (or the time limit the agent
     enforces); ``memory`` is the watchdog stopping a job over its memory slice; ``pressure`` is
-    the agent preempting an opportunistic job because the device ran short of memory.
+    the agent preempting an opportunistic job because the device ran short of memory; ``node``
+    is the agent's fence stopping its jobs after half the node timeout without an answer from the
+    server (agent/fence.py), which the server records as it records a lost node.
     """
 
     CANCEL = "cancel"
@@ -145,6 +153,7 @@ class StopReason(str, enum.Enum):
     TIMEOUT = "timeout"
     MEMORY = "memory"
     PRESSURE = "pressure"
+    NODE = "node"
 
 
 class ReplicaStatus(WireModel):
@@ -252,6 +261,12 @@ class HeartbeatResponse(WireModel):
 
     epoch: int
     heartbeat_interval_s: float
+    node_timeout_s: float | None = Field(
+        default=None,
+        description="silence after which the server marks the node down and starts its jobs "
+        "elsewhere; the agent stops its replicas after half of it without an answer "
+        "(agent/fence.py). None from an older server: no fencing",
+    )
     start: list[AssignmentSpec] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
     finished_ack: list[str] = Field(
