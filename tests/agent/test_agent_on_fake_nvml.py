@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.agent.fake_nvml import GIB, FakeGpu, FakeMig, hgx_board, write_state
-from tests.e2e.pool import PY, Pool, wait_for
+from tests.e2e.pool import JOB, PY, Pool, wait_for
 
 
 class NvmlPool(Pool):
@@ -315,9 +315,19 @@ def test_a_multi_gpu_job_is_never_given_several_mig_instances(
     state = tmp_path / "board.json"
     write_state(state, gpus, migs)
     nvml_pool.start_nvml_agent("mig", state)
+    # a whole H200 asked for by name: a MIG slice of one is not an H200, so no node could hold
+    # it and the submit is refused; queued anyway, it never starts on the slices either.
+    wanted = {"gpus": 1, "gpu_types": ["H200"]}
+    spec = {"name": "whole", "command": [PY, "-c", JOB, str(nvml_pool.out), "sleep=0"]}
+    refused = nvml_pool.http.post("/v1/jobs", json={"spec": {**spec, "resources": wanted}})
+    assert refused.status_code == 422, refused.text
+    assert "no node of pool default has a GPU of type H200" in refused.text
     pair = nvml_pool.submit("pair", "sleep=0", resources={"gpus": 2})
-    # a whole H200 asked for by name: a MIG slice of one is not an H200
-    whole = nvml_pool.submit("whole", "sleep=0", resources={"gpus": 1, "gpu_types": ["H200"]})
+    whole = str(
+        nvml_pool.post("/v1/jobs", {"spec": {**spec, "resources": wanted}, "queue_anyway": True})[
+            "job"
+        ]["id"]
+    )
     single = nvml_pool.submit("single", "sleep=0", resources={"gpus": 1})
     nvml_pool.wait_state(single, "COMPLETED")  # scheduled after the others were considered
     assert nvml_pool.job(pair)["state"] == "PENDING"

@@ -118,7 +118,11 @@ def test_submit_from_job_file_with_option_override(
         (["submit", "-g", "1.5", "--", "true"], 2, "-g/--gpus: '1.5' is more than one GPU"),
         (["submit", "-g", "0.5", "--gpu-mem", "10gigs", "--", "true"], 2, "use 10GiB"),
         (["submit", "-t", "soon", "--", "true"], 2, "-t/--time"),
-        (["submit", "-e", "CUDA_X=1", "--", "true"], 2, "-e CUDA_X: environment name"),
+        (
+            ["submit", "-e", "CUDA_VISIBLE_DEVICES=1", "--", "true"],
+            2,
+            "-e CUDA_VISIBLE_DEVICES: environment name",
+        ),
         (["submit", "-e", "NOVALUE", "--", "true"], 2, "is not KEY=VALUE"),
         (["submit", "-g", "0.5"], 2, "nothing to run"),
         (["submit", "-A", "nosuch", "--", "true"], 2, "tenant 'nosuch' does not exist"),

@@ -39,7 +39,7 @@ def _job_count(pool: LocalPool) -> int:
         (["-g", "2", "--gpu-type", "T4"], ["2 GPUs per replica", "at most 1 of one model"], []),
         (["-g", "1", "--gpu-type", "H100"], ["no node of pool default has a GPU of type H100"], []),
         (["-g", "0.5", "-c", "4000"], ["4000 CPUs per replica"], ["GPU memory"]),
-        (["-g", "0.5", "--mem", "100TiB"], ["100TiB of host memory"], []),
+        (["-g", "0.5", "--mem", "60TiB"], ["60TiB of host memory"], []),
         (["-g", "2", "--replicas", "2"], ["the 2 replicas of this gang", "at most 1"], []),
     ],
 )

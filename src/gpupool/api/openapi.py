@@ -32,7 +32,7 @@ SCHEME = {
     "type": "http",
     "scheme": "bearer",
     "description": "an API token (gp_...): the admin token is in $GPUPOOL_HOME/admin-token; "
-    "create others with `gpupool token create`",
+    "create others with `gpupool tokens create`",
 }
 MEANINGS = {
     400: "the request cannot be done as asked (the detail says why)",

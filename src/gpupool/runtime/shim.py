@@ -329,7 +329,7 @@ def job_env(
 
 def real_driver() -> Path | None:
     """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
-    paths, else what ``ldconfig -p`` lists (never a gpupool façade)."""
+    paths, else what ``ldconfig -p`` lists (never gpupool's own façade)."""
     explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
     if explicit:
         return Path(explicit) if Path(explicit).is_file() else None
