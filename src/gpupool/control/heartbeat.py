@@ -157,6 +157,9 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
     if rep.isolation is not None:
         a.isolation = rep.isolation
     if rep.state in (ReplicaState.EXITED, ReplicaState.BOOT_FAILED):
+        job = s.get(JobModel, a.job_id)
+        if job is not None and job.isolation is None and a.isolation in _ISOLATIONS:
+            job.isolation = a.isolation  # it ended before it was seen running: still say how
         _finish_assignment(s, a, rep, now)
         return a.id
     if rep.state is ReplicaState.RUNNING and a.state == "dispatched":
