@@ -527,6 +527,8 @@ class Agent(GpuRules):
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)
                     next_beat = mono() + delay
+                except AgentRejected:
+                    raise  # refused (a live agent has this name, a bad token): say so and stop
                 except Exception as exc:  # a bug or an odd input must not end the node
                     log.exception("heartbeat round failed; jobs keep running, retrying")
                     self.last_error = f"{type(exc).__name__}: {exc}"
