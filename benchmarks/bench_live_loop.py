@@ -325,7 +325,7 @@ def scenario_drain(pool: Pool, args: argparse.Namespace) -> dict[str, Any]:
     failed = [j["id"] for j in jobs if j["state"] != "COMPLETED"]
     spans = [(j["start_time"], j["end_time"]) for j in jobs if j["start_time"] and j["end_time"]]
     first_submit = min(j["submit_time"] for j in jobs)
-    stages = drain_stages(pool, jobs, slots=40)
+    stages = drain_stages(pool, jobs, slots=40, sleep_s=args.sleep)
     return {
         "jobs": len(ids),
         "sleep_s": args.sleep,
@@ -342,48 +342,39 @@ def scenario_drain(pool: Pool, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def drain_stages(pool: Pool, jobs: list[dict[str, Any]], slots: int) -> dict[str, Any]:
-    """Where each short job's start and end go (medians over the jobs, seconds):
+def drain_stages(
+    pool: Pool, jobs: list[dict[str, Any]], slots: int, sleep_s: float
+) -> dict[str, Any]:
+    """Where each short job's start and end go (medians over the jobs, seconds), from the
+    server's events (the agent deletes a finished job's folder, so its own times are gone):
 
     - ``place_after_free``: from the server recording the end that freed a slot to the next
       job's placement (CONFIGURING) -- the loop's part; the first ``slots`` jobs are left out;
-    - ``agent_receipt``: placement to the agent writing the job's folder -- the long poll and
-      heartbeat;
-    - ``supervisor_start``: the folder written to the job's process running -- the supervisor;
-    - ``end_report``: the process's end to the server recording it -- the agent's report."""
-    folders: dict[str, Path] = {}
-    for a in (pool.root / "agent").glob("jobs/*/assignment.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            folders[json.loads(a.read_text())["assignment"]["job_id"]] = a.parent
+    - ``placed_to_running``: placement to the agent reporting the process running -- the long
+      poll, the heartbeat that fetches the order, the supervisor's start, the report;
+    - ``end_overhead``: running to the server recording the end, less the job's own sleep --
+      the process's exit, the supervisor's record, the agent's report."""
     placed: dict[str, float] = {}
+    running: dict[str, float] = {}
     for j in jobs:
         events = pool.http.get(f"/v1/jobs/{j['id']}/events").json()
         placed[j["id"]] = max(e["time"] for e in events if e["target"] == "CONFIGURING")
+        runs = [e["time"] for e in events if e["target"] == "RUNNING"]
+        if runs:
+            running[j["id"]] = max(runs)
     order = sorted(jobs, key=lambda j: placed[j["id"]])
     freed = sorted(j["end_time"] for j in jobs if j["end_time"])
     after_free = [placed[j["id"]] - freed[i - slots] for i, j in enumerate(order) if i >= slots]
-    receipt: list[float] = []
-    boot: list[float] = []
-    report: list[float] = []
-    for j in jobs:
-        folder = folders.get(j["id"])
-        if folder is None:
-            continue
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            state = json.loads((folder / "state.json").read_text())
-            written = (folder / "launch.json").stat().st_mtime
-            receipt.append(written - placed[j["id"]])
-            boot.append(state["started_at"] - written)
-            report.append(j["end_time"] - state["ended_at"])
+    to_running = [running[k] - placed[k] for k in running]
+    end_extra = [j["end_time"] - running[j["id"]] - sleep_s for j in jobs if j["id"] in running]
 
     def med(xs: list[float]) -> float | None:
         return round(statistics.median(xs), 3) if xs else None
 
     return {
         "place_after_free_s_median": med(after_free),
-        "agent_receipt_s_median": med(receipt),
-        "supervisor_start_s_median": med(boot),
-        "end_report_s_median": med(report),
+        "placed_to_running_s_median": med(to_running),
+        "end_overhead_s_median": med(end_extra),
     }
 
 
