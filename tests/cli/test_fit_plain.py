@@ -4,16 +4,18 @@ be exactly what rich prints, for any cells, widths and moves."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.text import Text
 
 from gpupool.cli.fit import Cut, Drop, FitTable
 from gpupool.cli.session import render_text
 
 COLUMNS = ["A", "BB", "CCC", "REASON"]
-cells = st.text(alphabet="abcXYZ 0123-_:|()日本…é", max_size=30)
+cells = st.text(alphabet="abcXYZ 0123-_:|()[]/日本…é", max_size=30)
 
 
 def _rich(table: FitTable, width: int) -> str:
@@ -38,7 +40,13 @@ def test_a_piped_table_is_the_text_rich_prints(
     )
     for row in rows:
         table.add_row(*[Text(c, style="red") if styled else c for c in row])
-    assert render_text(table, width=width) == _rich(table, width)
+    try:
+        expected = _rich(table, width)
+    except MarkupError:  # a cell rich cannot read: the plain path leaves it to rich
+        with pytest.raises(MarkupError):
+            render_text(table, width=width)
+        return
+    assert render_text(table, width=width) == expected
 
 
 def test_a_queue_of_thousands_of_rows_is_written_without_rich() -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from rich import box
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.errors import MarkupError
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -57,6 +58,18 @@ class Cut:
 
 Move = Drop | Cut
 Cell = str | Text
+
+
+def _as_rich_prints(cell: str) -> str | None:
+    """A text cell as rich shows it: rich reads a table's text cells as markup with emoji
+    codes (``[b]`` is a style, ``:x:`` an emoji), so the plain text must too; ``None`` for a
+    cell rich cannot read (it is left to rich, which says why)."""
+    if "[" not in cell and ":" not in cell:
+        return cell
+    try:
+        return Text.from_markup(cell).plain
+    except MarkupError:
+        return None
 
 
 class FitTable:
@@ -165,8 +178,8 @@ class FitTable:
             out = []
             for i in kept:
                 cell = cells[i]
-                text = cell if isinstance(cell, str) else cell.plain
-                if "\n" in text:
+                text = cell.plain if isinstance(cell, Text) else _as_rich_prints(cell)
+                if text is None or "\n" in text:
                     return None
                 name = self.columns[i]
                 w = widths[name]
