@@ -29,6 +29,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, RenderableType
 
+from gpupool.cli.fit import FitTable
 from gpupool.client.errors import EXIT_INVALID, ClientError
 from gpupool.client.sdk import Client
 from gpupool.domain.errors import GpupoolError, SpecError
@@ -93,6 +94,10 @@ def console() -> Console:
 
 def render_text(renderable: RenderableType, width: int = 400) -> str:
     """``renderable`` as plain text, trailing spaces removed (pipes, golden files)."""
+    if isinstance(renderable, FitTable):
+        text = renderable.plain(width)  # the same text as rich's, without its per-row cost
+        if text is not None:
+            return text
     con = Console(width=width, highlight=False, soft_wrap=False, color_system=None)
     with con.capture() as cap:
         con.print(renderable)

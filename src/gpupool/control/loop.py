@@ -8,7 +8,8 @@ One cycle:
    job is still pending at the version the snapshot read (optimistic concurrency: a job
    cancelled or held meanwhile is skipped, not started) and that every device still has room,
    then write the job's transition, its assignments and slices; stop orders for preemption
-   victims; pending reasons and start estimates;
+   victims; the pending reasons and start estimates that changed since the snapshot read them
+   (one batched UPDATE, each row only if still pending at the version read);
 4. **dispatch**: assignments are now visible to agents, which pull them on their next heartbeat
    (the agent protocol is pull-based, so no network call is made from the loop).
 
@@ -26,7 +27,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
@@ -35,7 +36,7 @@ from gpupool.control.jobstate import move, order_stop, requeue_if_allowed
 from gpupool.control.leader import Leadership, check_epoch
 from gpupool.control.nodes import NodeService
 from gpupool.control.orders import mark
-from gpupool.control.snapshot import build_snapshot
+from gpupool.control.snapshot import PendingRead, SpecCache, build_snapshot
 from gpupool.control.uploads import UploadService
 from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
@@ -44,6 +45,7 @@ from gpupool.scheduling.decision import Decision, PriorityFactors, Start
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from gpupool.store.models import (
     AssignmentModel,
+    Base,
     DeviceModel,
     JobModel,
     PoolModel,
@@ -72,6 +74,21 @@ class CycleResult:
     preempted: tuple[str, ...] = ()
     pending: int = 0
     seconds: float = 0.0
+
+
+# Core UPDATE on the table (not the ORM class, whose version check would want each row loaded):
+# executed with a list of rows it is one executemany. ``WHERE version``: a job changed since
+# the snapshot keeps what it has; the next cycle writes its reason again.
+_JOBS = Base.metadata.tables[JobModel.__tablename__]
+_SET_PENDING_INFO = (
+    update(_JOBS)
+    .where(
+        _JOBS.c.id == bindparam("b_id"),
+        _JOBS.c.version == bindparam("b_version"),
+        _JOBS.c.state == JobState.PENDING.value,
+    )
+    .values(pending_reason=bindparam("b_reason"), estimated_start=bindparam("b_estimate"))
+)
 
 
 def new_assignment_id() -> str:
@@ -124,6 +141,7 @@ class SchedulingLoop:
         # now). Heartbeats are judged only on silence after it (see mark_silent_nodes_down).
         self.watching_since: float | None = None
         self.priorities: Mapping[str, PriorityFactors] = {}
+        self.specs = SpecCache()  # parsed specs of queued jobs, across cycles
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -139,11 +157,11 @@ class SchedulingLoop:
         t0 = self.cp.clock.monotonic()
         now = self.cp.now()
         with self.cp.read() as s:
-            snapshot, versions = build_snapshot(s, now)
+            snapshot, reads = build_snapshot(s, now, self.specs)
         if not snapshot.pending:
             return CycleResult(seconds=self.cp.clock.monotonic() - t0)
         decision = self.schedule(snapshot, self.config)
-        result = self._commit(decision, versions, now)
+        result = self._commit(decision, reads, now)
         self.priorities = decision.priorities  # read-only, built for this cycle
         seconds = self.cp.clock.monotonic() - t0
         SCHEDULER_CYCLE_SECONDS.observe(seconds)
@@ -151,7 +169,9 @@ class SchedulingLoop:
             result.started, result.skipped, result.preempted, result.pending, seconds
         )
 
-    def _commit(self, decision: Decision, versions: dict[str, int], now: float) -> CycleResult:
+    def _commit(
+        self, decision: Decision, reads: Mapping[str, PendingRead], now: float
+    ) -> CycleResult:
         started: list[str] = []
         skipped: list[str] = []
         preempted: list[str] = []
@@ -162,7 +182,8 @@ class SchedulingLoop:
                 if (
                     row is None
                     or row.state != JobState.PENDING.value
-                    or row.version != versions.get(start.job_id)
+                    or start.job_id not in reads
+                    or row.version != reads[start.job_id].version
                     or row.held
                     or not _room_left(s, start)
                 ):
@@ -187,15 +208,22 @@ class SchedulingLoop:
                     move(s, row, JobState.PREEMPTED, now, reason=why)
                     requeue_if_allowed(s, row, now)
                     preempted.append(row.id)
-            for job_id, info in decision.pending.items():
-                row = s.get(JobModel, job_id)
-                if row is None or row.state != JobState.PENDING.value:
-                    continue
-                text = f"{info.reason.value}: {info.message}"
-                if row.pending_reason != text:
-                    row.pending_reason = text
-                if row.estimated_start != info.estimated_start:
-                    row.estimated_start = info.estimated_start
+            changed = [
+                {
+                    "b_id": job_id,
+                    "b_version": read.version,
+                    "b_reason": text,
+                    "b_estimate": info.estimated_start,
+                }
+                for job_id, info in decision.pending.items()
+                if (read := reads.get(job_id)) is not None
+                and (
+                    (text := f"{info.reason.value}: {info.message}") != read.pending_reason
+                    or info.estimated_start != read.estimated_start
+                )
+            ]
+            if changed:
+                s.connection().execute(_SET_PENDING_INFO, changed)
         if started or preempted:
             log.info("cycle: started %d, preempted %d", len(started), len(preempted))
         return CycleResult(tuple(started), tuple(skipped), tuple(preempted), len(decision.pending))

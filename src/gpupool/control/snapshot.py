@@ -11,18 +11,31 @@ A job whose file names no ``cpus`` gets the default CPU rule here, for its pool'
 are now (:func:`gpupool.domain.resources.default_cpu_milli`), pending and running alike.
 A replica whose assignment has a stop order is *stopping* (``stop_ordered``); when the stop is a
 preemption, ``preempted_for`` names the job it makes room for (``assignments.stop_for``).
+
+With thousands of jobs queued, turning each pending row's JSON spec into a
+:class:`~gpupool.domain.jobs.JobSpec` (and applying the default CPU rule) was most of a
+snapshot's cost, though a queued job's spec rarely changes. The pending rows are therefore read
+as plain columns with the spec as its stored text, and a :class:`SpecCache` (kept by the loop
+across cycles) maps that text, and the pool's CPUs per GPU, to the parsed spec. The key is the
+text itself, not the row's version: an edit that changes the spec without a new version still
+misses the cache. What the snapshot read of each pending row (``PendingRead``: its version, its
+stored pending reason and start estimate) goes back to the commit, which checks the version of a
+start and writes only the reasons and estimates that changed.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import replace
+from typing import NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import Job
+from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.jobs import IsolationMode, Job, JobSpec
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.resources import cpu_per_gpu_by_pool, default_cpu_milli, with_default_cpu
 from gpupool.domain.states import JobState
@@ -30,11 +43,11 @@ from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 from gpupool.store.mapping import (
     device_from_row,
-    job_from_row,
     node_from_row,
     pool_from_row,
     priority_class_from_row,
     quota_from_row,
+    spec_from_json,
     tenant_from_row,
 )
 from gpupool.store.models import (
@@ -81,13 +94,113 @@ def decayed_usage(s: Session, now: float) -> dict[str, float]:
     return _usage(s, now, [])[0]
 
 
-def _with_default_cpu(job: Job, cpu_per_gpu: dict[str, int]) -> Job:
-    res = with_default_cpu(job.spec.resources, cpu_per_gpu.get(job.spec.pool))
-    return job if res is job.spec.resources else replace(job, spec=replace(job.spec, resources=res))
+class PendingRead(NamedTuple):
+    """What the snapshot read of one pending job's row, for the commit."""
+
+    version: int
+    pending_reason: str | None
+    estimated_start: float | None
 
 
-def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, int]]:
-    """The snapshot, and the version of every pending job read (for the commit's check)."""
+class SpecCache:
+    """Parsed specs of pending jobs, by their stored JSON text and their pool's CPUs per GPU
+    (the default CPU rule depends on it). Entries not used by a snapshot are dropped at its end,
+    so the cache holds at most the specs of the jobs queued now."""
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, int | None], tuple[JobSpec, ArrayTask | None]] = {}
+        self._used: set[tuple[str, int | None]] = set()
+        self.misses = 0  # specs parsed (for tests and benchmarks)
+
+    def get(self, text: str, cpu_per_gpu: int | None) -> tuple[JobSpec, ArrayTask | None]:
+        """The spec stored as ``text``, with the default CPU rule for ``cpu_per_gpu``."""
+        key = (text, cpu_per_gpu)
+        self._used.add(key)
+        found = self._specs.get(key)
+        if found is not None:
+            return found
+        self.misses += 1
+        data = json.loads(text)
+        spec = spec_from_json(data)
+        res = with_default_cpu(spec.resources, cpu_per_gpu)
+        if res is not spec.resources:
+            spec = replace(spec, resources=res)
+        array = ArrayTask(**data["array"]) if data.get("array") else None
+        self._specs[key] = (spec, array)
+        return spec, array
+
+    def end_snapshot(self) -> None:
+        for key in self._specs.keys() - self._used:
+            del self._specs[key]
+        self._used = set()
+
+
+_PENDING_COLUMNS = (
+    JobModel.id,
+    JobModel.tenant,
+    JobModel.user,
+    JobModel.pool,
+    JobModel.priority,
+    JobModel.version,
+    JobModel.submit_time,
+    JobModel.eligible_time,
+    JobModel.start_time,
+    JobModel.end_time,
+    JobModel.last_checkpoint_time,
+    JobModel.restart_count,
+    JobModel.held,
+    JobModel.exit_code,
+    JobModel.signal,
+    JobModel.reason,
+    JobModel.isolation,
+    JobModel.pending_reason,
+    JobModel.estimated_start,
+    cast(JobModel.spec, Text).label("spec_text"),
+)
+
+
+def _pending(
+    s: Session, cpu_per_gpu: dict[str, int], cache: SpecCache
+) -> tuple[list[Job], dict[str, PendingRead]]:
+    jobs: list[Job] = []
+    reads: dict[str, PendingRead] = {}
+    rows = s.execute(select(*_PENDING_COLUMNS).where(JobModel.state == JobState.PENDING.value))
+    for r in rows:
+        spec, array = cache.get(str(r.spec_text), cpu_per_gpu.get(r.pool))
+        jobs.append(
+            Job(
+                id=r.id,
+                spec=spec,
+                tenant=r.tenant,
+                user=r.user,
+                priority=r.priority,
+                state=JobState.PENDING,
+                version=r.version,
+                submit_time=r.submit_time,
+                eligible_time=r.eligible_time,
+                start_time=r.start_time,
+                end_time=r.end_time,
+                last_checkpoint_time=r.last_checkpoint_time,
+                restart_count=r.restart_count,
+                held=r.held,
+                exit_code=r.exit_code,
+                signal=r.signal,
+                reason=r.reason,
+                isolation=IsolationMode(r.isolation) if r.isolation else None,
+                array=array,
+            )
+        )
+        reads[r.id] = PendingRead(r.version, r.pending_reason, r.estimated_start)
+    return jobs, reads
+
+
+def build_snapshot(
+    s: Session, now: float, cache: SpecCache | None = None
+) -> tuple[ClusterSnapshot, dict[str, PendingRead]]:
+    """The snapshot, and what it read of every pending job (for the commit's checks).
+
+    ``cache``: the loop's :class:`SpecCache` (a fresh one parses every spec)."""
+    cache = cache if cache is not None else SpecCache()
     nodes = list(s.scalars(select(NodeModel).order_by(NodeModel.name)))
     down = {n.name for n in nodes if n.state == NodeState.DOWN.value}
     devices = []
@@ -99,13 +212,13 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
     cpu_per_gpu = cpu_per_gpu_by_pool(
         {n.name: n.cpu_milli for n in nodes}, ((d.node, d.pool) for d in devices)
     )
-    pending_rows = list(s.scalars(select(JobModel).where(JobModel.state == JobState.PENDING.value)))
     live = list(s.scalars(select(AssignmentModel).where(AssignmentModel.state != "finished")))
     slices: dict[str, list[SliceModel]] = defaultdict(list)
     for sl in s.scalars(
         select(SliceModel).where(SliceModel.active.is_(True)).order_by(SliceModel.id)
     ):
         slices[sl.assignment_id].append(sl)
+    pending, reads = _pending(s, cpu_per_gpu, cache)
     job_ids = {a.job_id for a in live}
     jobs = (
         {j.id: j for j in s.scalars(select(JobModel).where(JobModel.id.in_(job_ids)))}
@@ -156,7 +269,7 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
         nodes=tuple(node_from_row(n) for n in nodes),
         devices=tuple(devices),
         running=tuple(running),
-        pending=tuple(_with_default_cpu(job_from_row(j), cpu_per_gpu) for j in pending_rows),
+        pending=tuple(pending),
         pools=tuple(
             pool_from_row(p) for p in s.scalars(select(PoolModel).order_by(PoolModel.name))
         ),
@@ -168,4 +281,5 @@ def build_snapshot(s: Session, now: float) -> tuple[ClusterSnapshot, dict[str, i
         usage=usage,
         budget_used=budget,
     )
-    return snapshot, {j.id: j.version for j in pending_rows}
+    cache.end_snapshot()
+    return snapshot, reads
