@@ -58,7 +58,7 @@ WIRE_STOP_REASON: dict[str, StopReason] = {
 
 
 #: Isolation modes a job's record may say it got (anything else is not recorded).
-_ISOLATIONS = ("exclusive", "mps", "soft", "mig")
+_ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim")
 
 
 def _alert(s: Session, now: float, kind: str, subject: str, message: str) -> None:
@@ -154,8 +154,13 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         return None  # unknown to us: ignore (rule 3)
     if a.state == "finished":
         return a.id
-    if rep.isolation is not None:
+    if rep.isolation is not None and rep.isolation != a.isolation:
         a.isolation = rep.isolation
+        # A mode can be known only once the job runs (shim: a process attached) or change
+        # while it runs (it escaped the shim, lost MPS): the job's record follows.
+        job = s.get(JobModel, a.job_id)
+        if job is not None and job.state == JobState.RUNNING.value:
+            job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
     if rep.state in (ReplicaState.EXITED, ReplicaState.BOOT_FAILED):
         _finish_assignment(s, a, rep, now)
         return a.id

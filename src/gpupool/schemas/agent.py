@@ -45,7 +45,7 @@ from pydantic import Field
 from gpupool.schemas.base import WireModel
 
 #: Isolation modes an agent may offer (same names as ``gpupool.domain.jobs.IsolationMode``).
-ISOLATION_MODES = ("exclusive", "mps", "soft", "mig")
+ISOLATION_MODES = ("exclusive", "mps", "soft", "mig", "shim")
 
 
 class DeviceInfo(WireModel):
