@@ -14,6 +14,7 @@ import os
 import pwd
 import shlex
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 from gpupool.runtime.shim import Region
 from gpupool.shim.build import ensure_built
-from tests.e2e.pool import Pool, wait_for
+from tests.e2e.pool import PY, REPO, Pool, wait_for
 from tests.shim.helpers import Natives, build_natives
 
 GIB = 1 << 30
@@ -182,6 +183,56 @@ def test_a_job_that_bypasses_the_shim_is_reported_as_running_without_it(shim_poo
     job = shim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
     assert "running without the CUDA shim" in (job["reason"] or ""), job
     wait_for(lambda: not shim_pool.regions_now(), DEADLINE_S, "the region deleted")
+
+
+def test_a_pool_that_spills_shows_each_jobs_spilled_bytes_in_show_and_metrics(shim_pool):
+    """``gpupool pools set default --oversubscription spill``: a shim job's allocation that fits
+    its slice but not the (fake) GPU's 1 GiB is served from host memory, and its bytes reach
+    the job's view, ``gpupool show`` and ``gpupool_slice_spilled_bytes``."""
+    token = (shim_pool.home / "admin-token").read_text().strip()
+    env = {**os.environ, "GPUPOOL_HOME": str(shim_pool.home), "PYTHONPATH": str(REPO)}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [PY, "-m", "gpupool.cli", *args[:2], "--server", shim_pool.url, "--token", token,
+             *args[2:]],
+            env=env, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    cli("pools", "set", "default", "--oversubscription", "spill")
+    try:
+        name = "spilled"
+        job_id = shim_pool.probe_job(
+            name,
+            ["init", f"alloc {2 * GIB}"],
+            isolation="shim",
+            env={"FAKE_CUDA_MEM": str(GIB)},  # the GPU itself is full past 1 GiB
+            resources={"gpus": "0.5", "gpu_memory": "4GiB"},
+        )
+        answers = shim_pool.answers(name, 2)
+        assert answers[1][0] == "ok", answers  # spilled, not refused
+        job = wait_for(
+            lambda: (j := shim_pool.job(job_id))["spilled_bytes"] == 2 * GIB and j,
+            DEADLINE_S,
+            "the spilled bytes reported",
+        )
+        assert job["memory_oversubscription"] == "spill"
+        assert [sl["spilled_bytes"] for sl in job["slices"]] == [2 * GIB]
+        assert "spill; spilled: 2" in cli("show", job_id)
+        device = job["slices"][0]["device_uuid"]
+        metrics = shim_pool.http.get("/metrics").text if shim_pool.http else ""
+        (line,) = [
+            x
+            for x in metrics.splitlines()
+            if x.startswith("gpupool_slice_spilled_bytes{") and device in x
+        ]
+        assert float(line.rsplit(" ", 1)[1]) == 2 * GIB
+        (shim_pool.out / f"{name}.go").touch()
+        shim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
+    finally:
+        cli("pools", "set", "default", "--oversubscription", "fail")
 
 
 class RunAsShimPool(ShimPool):

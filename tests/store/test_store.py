@@ -48,11 +48,13 @@ def test_an_unknown_schema_version_is_refused_with_advice(cp: ControlPlane) -> N
 
 def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
-    # lease expiry.
+    # lease expiry, no memory oversubscription (pools) or spilled bytes (slices).
     with cp.engine.begin() as conn:
         conn.execute(text("DROP TABLE uploads"))
         conn.execute(text("ALTER TABLE assignments DROP COLUMN stop_for"))
         conn.execute(text("ALTER TABLE leader DROP COLUMN expires"))
+        conn.execute(text("ALTER TABLE pools DROP COLUMN memory_oversubscription"))
+        conn.execute(text("ALTER TABLE slices DROP COLUMN spilled_bytes"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with pytest.raises(SchemaMismatch, match="gpupool server --migrate"):
         ensure_schema(cp.engine)
@@ -61,6 +63,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "uploads" in inspect(cp.engine).get_table_names()
     assert "stop_for" in {c["name"] for c in inspect(cp.engine).get_columns("assignments")}
     assert "expires" in {c["name"] for c in inspect(cp.engine).get_columns("leader")}
+    assert "spilled_bytes" in {c["name"] for c in inspect(cp.engine).get_columns("slices")}
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

@@ -32,7 +32,7 @@ from gpupool import __version__
 from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER, Executor
-from gpupool.agent.gpurules import GpuRules, Replica
+from gpupool.agent.gpurules import GpuRules, Replica, shim_spilled
 from gpupool.agent.jobdir import BOOT_FAILED, EXITED, RUNNING, LaunchSpec, read_json, write_json
 from gpupool.agent.logship import LogShipper, LogSink
 from gpupool.agent.node import (
@@ -307,6 +307,7 @@ class Agent(GpuRules):
                     local_reason=r.local_reason,
                     local_stop=r.local_stop,
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
+                    spilled_bytes=shim_spilled(r),
                 )
             )
         verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
@@ -386,6 +387,7 @@ class Agent(GpuRules):
             mps_log_dir=str(self.mps.log_dir) if self.mps is not None else None,
             soft_hook_dir=SOFT_HOOK_DIR,
             reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
+            spill=a.memory_oversubscription == "spill",
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)

@@ -391,6 +391,13 @@ class GpuRules:
         ShimIsolation.release({"GPUPOOL_CUDA_REGION": r.shim_region})
 
 
+def shim_spilled(r: Replica) -> dict[str, int] | None:
+    """Bytes per device a shim replica's processes hold in host memory (spill), as last read."""
+    if r.shim_snapshot is None or r.isolation != "shim":
+        return None
+    return {d.uuid: d.spilled_bytes for d in r.shim_snapshot.devices}
+
+
 def shim_usage_mib(snapshot: RegionSnapshot) -> dict[str, int]:
     """A shim replica's memory per device (MiB, rounded up) as its region counts it."""
     return {d.uuid: math.ceil(d.used_bytes / MIB) for d in snapshot.devices}

@@ -22,6 +22,7 @@ from gpupool.control.auth import Actor, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.jobstate import attempt_outcome, finish_job, move, release_slices
 from gpupool.control.nodes import current_epoch
+from gpupool.control.oversubscription import oversubscription_of, record_spilled
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
@@ -171,6 +172,8 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None and job.state == JobState.CONFIGURING.value:
             move(s, job, JobState.RUNNING, now, reason=f"running on {node}")
             job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
+    if rep.spilled_bytes:
+        record_spilled(s, a.id, rep.spilled_bytes)
     if rep.checkpoint_time is not None:
         job = s.get(JobModel, a.job_id)
         if job is not None:
@@ -233,6 +236,7 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
         milli_per_device=slices[0].milli if slices else 0,
         memory_mib_per_device=slices[0].memory_mib if slices else 0,
         isolation=spec["isolation"],
+        memory_oversubscription=oversubscription_of(s, job.pool),
         time_limit_s=spec["time_limit_s"],
         checkpoint_signal=spec["checkpoint_signal"],
         grace_period_s=spec["grace_period_s"],

@@ -54,8 +54,10 @@ class SliceContext:
     ``milli`` and ``memory_mib`` are per device. ``mps_pipe_dir`` / ``mps_log_dir`` are set
     when this node runs an MPS control daemon; ``mps_refused`` says why this replica may not
     use it all the same (another Unix user's MPS jobs on its GPU). ``soft_hook_dir`` is the
-    folder holding the interpreter start hook. ``reserve_mib`` is the CUDA context reserve of
-    the devices' model (MiB a process holds beyond what its framework allocates).
+    folder holding the interpreter start hook. ``spill`` is the pool's memory oversubscription
+    choice (the shim serves such allocations from host memory). ``reserve_mib`` is the CUDA
+    context reserve of the devices' model (MiB a process holds beyond what its framework
+    allocates).
     """
 
     devices: tuple[SliceDevice, ...]
@@ -66,6 +68,7 @@ class SliceContext:
     soft_hook_dir: str | None = None
     mps_refused: str | None = None
     reserve_mib: int = 0
+    spill: bool = False  # an allocation that fits the slice but not the GPU goes to host memory
 
     @property
     def whole(self) -> bool:

@@ -44,6 +44,10 @@ from pydantic import Field
 
 from gpupool.schemas.base import WireModel
 
+#: What a slice does with an allocation that fits it but not the GPU's free memory (a pool's
+#: ``memory_oversubscription``): ``fail`` (out of memory) or ``spill`` (host memory, counted).
+OVERSUBSCRIPTION = ("fail", "spill")
+
 #: Isolation modes an agent may offer (same names as ``gpupool.domain.jobs.IsolationMode``).
 ISOLATION_MODES = ("exclusive", "mps", "soft", "mig", "shim")
 
@@ -150,6 +154,11 @@ class ReplicaStatus(WireModel):
     checkpoint_time: float | None = Field(
         default=None, description="when the job last reported a checkpoint (epoch seconds)"
     )
+    spilled_bytes: dict[str, int] | None = Field(
+        default=None,
+        description="per device UUID, bytes served from host memory because the GPU was full "
+        "(isolation shim with the pool's memory_oversubscription spill)",
+    )
 
 
 class HeartbeatRequest(WireModel):
@@ -205,6 +214,9 @@ class AssignmentSpec(WireModel):
     milli_per_device: int
     memory_mib_per_device: int
     isolation: str = "auto"
+    memory_oversubscription: str = Field(
+        default="fail", pattern="^(fail|spill)$", description="the pool's, see OVERSUBSCRIPTION"
+    )
     time_limit_s: float | None = None
     checkpoint_signal: str = "SIGTERM"
     grace_period_s: float = 30.0
