@@ -49,19 +49,31 @@ class ShimPool(Pool):
         return env
 
     def probe_job(
-        self, name: str, commands: list[str], *, bypass: bool = False, **spec: Any
+        self,
+        name: str,
+        commands: list[str],
+        *,
+        bypass: bool = False,
+        later: tuple[str, ...] = (),
+        **spec: Any,
     ) -> str:
         """A job that runs the probe with ``commands``, then waits for ``<out>/<name>.go``.
 
-        ``bypass`` runs it with the fake driver first on its own library path, as a program
-        whose RPATH names a driver copy would: the shim never loads."""
+        ``later`` are sent once ``<out>/<name>.next`` exists. ``bypass`` runs it with the fake
+        driver first on its own library path, as a program whose RPATH names a driver copy
+        would: the shim never loads."""
         out = self.out / f"{name}.txt"
         feed = "; ".join(f"echo {shlex.quote(c)}" for c in commands)
         go = self.out / f"{name}.go"
         prefix = f"LD_LIBRARY_PATH={self.natives.fake.parent} " if bypass else ""
+        # A file the test makes, polled by the job's own shell line (not by the test).
+        nxt = self.out / f"{name}.next"
+        feed_later = "; ".join(f"echo {shlex.quote(c)}" for c in later)
         script = (
             f'echo "$LD_LIBRARY_PATH" > {self.out / name}.ldpath; '
-            f"({feed}; while [ ! -e {go} ]; do sleep 0.1; done; echo exit) | "
+            f"({feed}; "
+            + (f"while [ ! -e {nxt} ]; do sleep 0.1; done; {feed_later}; " if later else "")
+            + f"while [ ! -e {go} ]; do sleep 0.1; done; echo exit) | "
             f"{prefix}{self.natives.probe} > {out} 2> {self.out / name}.err"
         )
         body = {"name": name, "script": script, **spec}
@@ -233,6 +245,60 @@ def test_a_pool_that_spills_shows_each_jobs_spilled_bytes_in_show_and_metrics(sh
         shim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
     finally:
         cli("pools", "set", "default", "--oversubscription", "fail")
+
+
+def test_gpupool_resize_grows_a_running_shim_job_in_place_and_refuses_what_does_not_fit(
+    shim_pool,
+):
+    token = (shim_pool.home / "admin-token").read_text().strip()
+    env = {**os.environ, "GPUPOOL_HOME": str(shim_pool.home), "PYTHONPATH": str(REPO)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PY, "-m", "gpupool.cli", args[0], "--server", shim_pool.url, "--token", token,
+             *args[1:]],
+            env=env, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+
+    name = "resized"
+    job_id = shim_pool.probe_job(
+        name,
+        ["init", f"alloc {4 * GIB}", "alloc 1"],
+        later=("alloc 1", "info"),
+        isolation="shim",
+        resources={"gpus": "0.25", "gpu_memory": "4GiB"},
+    )
+    answers = shim_pool.answers(name, 3)
+    assert answers[2] == ["err", "2"]  # the slice is full
+    wait_for(lambda: shim_pool.job(job_id)["isolation"] == "shim", DEADLINE_S, "shimmed")
+    too_big = cli("resize", job_id, "--gpu-mem", "500GiB")
+    assert too_big.returncode != 0
+    assert "free beside its other slices" in too_big.stderr + too_big.stdout
+    done = cli("resize", job_id, "--gpu-mem", "6GiB", "-g", "0.5")
+    assert done.returncode == 0, done.stderr
+    assert "now 0.5 GPU" in done.stdout
+    (region_path,) = shim_pool.regions_now()
+    with Region.open(region_path, build=shim_pool.natives.shim) as region:
+        wait_for(
+            lambda: (
+                (d := region.read().devices[0]).mem_limit_bytes == 6 * GIB
+                and d.sm_share_permille == 500
+            ),
+            DEADLINE_S,
+            "the agent resizing the region",
+        )
+    (shim_pool.out / f"{name}.next").touch()
+    answers = shim_pool.answers(name, 5)
+    assert answers[3][0] == "ok", answers  # the running process may allocate again
+    assert answers[4][2] == str(6 * GIB)  # and sees the new slice
+    job = shim_pool.job(job_id)
+    assert [(sl["milli"], sl["memory_mib"]) for sl in job["slices"]] == [(500, 6144)]
+    events = shim_pool.get("/v1/events")
+    assert any(e["kind"] == "job.resize" and e["subject"] == job_id for e in events), events
+    audit = shim_pool.get("/v1/audit")
+    assert any(a["action"] == "job.resize" and a.get("target") == job_id for a in audit)
+    (shim_pool.out / f"{name}.go").touch()
+    shim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
 
 
 class RunAsShimPool(ShimPool):

@@ -61,7 +61,7 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.shim import Region, ShimIsolation
+from gpupool.runtime.shim import MIB, Region, ShimIsolation
 from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -69,6 +69,7 @@ from gpupool.schemas.agent import (
     HeartbeatResponse,
     OrdersAnswer,
     RegisterRequest,
+    ResizeOrder,
     StopOrder,
 )
 from gpupool.shim.build import SHIM_DIR_ENV
@@ -353,6 +354,8 @@ class Agent(GpuRules):
                 remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
             self.apply_stop(order)
+        for resize in answer.resize:
+            self.apply_resize(resize)
         for assignment in answer.start:
             self.apply_start(assignment)
 
@@ -366,6 +369,38 @@ class Agent(GpuRules):
             signal_name=order.signal,
             grace_s=order.grace_period_s,
         )
+
+    def apply_resize(self, order: ResizeOrder) -> bool:
+        """Give a running shim replica its new slice in place; False when nothing changed."""
+        r = self.replicas.get(order.assignment_id)
+        if order.epoch < self.epoch or r is None or r.shim_region is None:
+            return False
+        a = r.assignment
+        if (a.milli_per_device, a.memory_mib_per_device) == (
+            order.milli_per_device,
+            order.memory_mib_per_device,
+        ):
+            return False
+        region = self._region(r.shim_region)
+        if region is None:
+            return False
+        for uuid in a.device_uuids:
+            region.set_limit(uuid, order.memory_mib_per_device * MIB)
+            region.set_share(uuid, order.milli_per_device)
+        r.assignment = a.model_copy(
+            update={
+                "milli_per_device": order.milli_per_device,
+                "memory_mib_per_device": order.memory_mib_per_device,
+            }
+        )
+        self._save_assignment(order.assignment_id, r)
+        log.info(
+            "%s resized to %dm and %d MiB per device",
+            order.assignment_id,
+            order.milli_per_device,
+            order.memory_mib_per_device,
+        )
+        return True
 
     def apply_start(self, a: AssignmentSpec) -> bool:
         """Launch a replica; False for a stale or already known assignment."""

@@ -23,6 +23,7 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.jobstate import attempt_outcome, finish_job, move, release_slices
 from gpupool.control.nodes import current_epoch
 from gpupool.control.oversubscription import oversubscription_of, record_spilled
+from gpupool.control.resize import resize_orders
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
@@ -344,6 +345,7 @@ class HeartbeatService:
                     spec = _assignment_spec(s, a, epoch)
                     if spec is not None:
                         start.append(spec)
+            resize = resize_orders(s, live, epoch)
         if changed:
             self.cp.poke()
         return HeartbeatResponse(
@@ -351,5 +353,6 @@ class HeartbeatService:
             heartbeat_interval_s=settings.heartbeat_interval_s,
             start=start,
             stop=stop,
+            resize=resize,
             finished_ack=finished,
         )

@@ -213,7 +213,7 @@ class Region:
         handle = lib.gp_region_map(str(path).encode(), ctypes.byref(err))
         if not handle:
             why = (
-                "not a gpupool region of this version"
+                "not a slice region of this version"
                 if err.value == -71
                 else os.strerror(-err.value)
             )
@@ -332,7 +332,7 @@ def job_env(
 
 def real_driver() -> Path | None:
     """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
-    paths, else what ``ldconfig -p`` lists (never a gpupool façade)."""
+    paths, else what ``ldconfig -p`` lists (never the shim's own façade)."""
     explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
     if explicit:
         return Path(explicit) if Path(explicit).is_file() else None

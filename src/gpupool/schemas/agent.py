@@ -238,6 +238,16 @@ class StopOrder(WireModel):
     grace_period_s: float = 30.0
 
 
+class ResizeOrder(WireModel):
+    """A running shim replica's slice per device as the server holds it now (sent for every
+    such replica: the agent changes its region's limits where they differ)."""
+
+    assignment_id: str
+    epoch: int
+    milli_per_device: int = Field(ge=1, le=1000)
+    memory_mib_per_device: int = Field(ge=1)
+
+
 class HeartbeatResponse(WireModel):
     """What the node should do now."""
 
@@ -245,6 +255,7 @@ class HeartbeatResponse(WireModel):
     heartbeat_interval_s: float
     start: list[AssignmentSpec] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
+    resize: list[ResizeOrder] = Field(default_factory=list)
     finished_ack: list[str] = Field(
         default_factory=list, description="assignment ids the server recorded as finished"
     )

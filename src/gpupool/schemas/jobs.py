@@ -152,5 +152,13 @@ class JobEventView(WireModel):
     reason: str | None
 
 
+class ResizeJobRequest(WireModel):
+    """A running shim job's new slice per device: ``gpus`` like ``0.5``, ``gpu_memory`` like
+    ``30GiB`` (either or both)."""
+
+    gpus: str | None = Field(default=None, max_length=32)
+    gpu_memory: str | None = Field(default=None, max_length=32)
+
+
 class CancelJobRequest(WireModel):
     reason: str | None = Field(default=None, max_length=500)
