@@ -274,6 +274,17 @@ def test_gpupool_resize_grows_a_running_shim_job_in_place_and_refuses_what_does_
     too_big = cli("resize", job_id, "--gpu-mem", "500GiB")
     assert too_big.returncode != 0
     assert "free beside its other slices" in too_big.stderr + too_big.stdout
+    tenant = shim_pool.job(job_id)["tenant"]
+    assert shim_pool.http is not None
+    quota = f"/v1/tenants/{tenant}/quotas/default"
+    shim_pool.http.put(quota, json={"limit_milli": 400}).raise_for_status()
+    try:
+        over_quota = cli("resize", job_id, "-g", "0.5")
+    finally:
+        shim_pool.http.delete(quota).raise_for_status()
+    assert over_quota.returncode != 0
+    assert "over its quota of 0.4" in over_quota.stderr + over_quota.stdout
+    assert shim_pool.job(job_id)["slices"][0]["milli"] == 250  # refused: nothing changed
     done = cli("resize", job_id, "--gpu-mem", "6GiB", "-g", "0.5")
     assert done.returncode == 0, done.stderr
     assert "now 0.5 GPU" in done.stdout
