@@ -75,3 +75,34 @@ def test_memory_pressure_stops_the_shim_job_whose_region_holds_the_most(
         for key in jobs:
             (out / f"{key}.go").touch()
             agent.executor.stop(key, reason="cancel", signal_name="SIGKILL", grace_s=0)
+
+
+def test_a_node_that_cannot_create_regions_runs_auto_jobs_soft_and_refuses_explicit_shim(
+    natives: Natives, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("GPUPOOL_REAL_LIBCUDA", str(natives.fake))
+    monkeypatch.setenv("GPUPOOL_SHIM_DIR", str(natives.shim.root.parent))
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("GPUPOOL_SHIM_REGIONS", str(blocked / "regions"))
+    server = FakeServer()
+    agent = make_agent(tmp_path, server, spec="1xT4")
+    uuid = agent.devices[0].uuid
+    for key, isolation in (("auto_job", "auto"), ("shim_job", "shim")):
+        agent.apply_start(
+            assignment(
+                key,
+                tmp_path,
+                device_uuids=[uuid],
+                milli_per_device=500,
+                memory_mib_per_device=4096,
+                isolation=isolation,
+            )
+        )
+    failed = drive(agent, server, "shim_job", ReplicaState.BOOT_FAILED)
+    assert "could not create the CUDA shim's slice region" in (failed.reason or "")
+    assert "GPUPOOL_SHIM_REGIONS" in (failed.reason or "")
+    done = drive(agent, server, "auto_job", ReplicaState.EXITED)
+    assert done.exit_code == 0
+    assert done.isolation == "soft"
+    assert "isolation soft instead of shim" in (done.reason or "")

@@ -61,7 +61,7 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.shim import MIB, Region, ShimIsolation
+from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation
 from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -443,7 +443,18 @@ class Agent(GpuRules):
                 problem = self._limit_mps_server(replica)
                 if problem is not None:  # auto falls back; an explicit mps is refused
                     replica.isolation = resolve(a.isolation, replace(ctx, mps_refused=problem))
-            ienv = isolation_env(replica.isolation, ctx)  # the shim's region is made here
+            try:
+                ienv = isolation_env(replica.isolation, ctx)  # the shim's region is made here
+            except (RegionError, OSError) as exc:  # auto falls back; an explicit shim is refused
+                why = f"the node could not create the CUDA shim's slice region ({exc})"
+                if replica.isolation != "shim" or a.isolation != "auto":
+                    raise IsolationUnavailable(
+                        f"isolation {replica.isolation} was requested but {why}: fix the "
+                        "node's GPUPOOL_SHIM_REGIONS folder or submit with isolation auto"
+                    ) from None
+                replica.isolation = "soft"  # the next in auto's order after mps and shim
+                replica.local_reason = f"isolation soft instead of shim: {why}"
+                ienv = isolation_env(replica.isolation, ctx)
             replica.shim_region = self._shim_region_of(ienv)
             own = self.config.state_dir / "work" / a.job_id
             workdir, made_workdir, moved = start_folder(a, own)
