@@ -36,7 +36,14 @@ def test_a_placed_job_lists_its_slices_with_replica_node_device_and_amounts(
     red, _blue = _placed(api, cp)
     job = api.call(api.tokens["member"], "GET", f"/v1/jobs/{red}").json()
     assert job["slices"] == [
-        {"replica": 0, "node": "n1", "device_uuid": "n1-gpu0", "milli": 250, "memory_mib": 1024}
+        {
+            "replica": 0,
+            "node": "n1",
+            "device_uuid": "n1-gpu0",
+            "milli": 250,
+            "memory_mib": 1024,
+            "spilled_bytes": 0,
+        }
     ]
     listed = api.call(api.tokens["member"], "GET", "/v1/jobs").json()["jobs"]
     assert [j["slices"] for j in listed if j["id"] == red] == [job["slices"]]

@@ -110,6 +110,9 @@ def wait_for(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "
 class Pool:
     """One server and any number of agents (see the module docstring)."""
 
+    #: More ``gpupool agent`` options for every agent (a subclass's, e.g. ``--run-as``).
+    agent_args: tuple[str, ...] = ()
+
     def __init__(self, root: Path, *, heartbeat_s: float = 0.5, node_timeout_s: float = 30.0):
         self.root = root
         self.home = root / "home"
@@ -194,6 +197,7 @@ class Pool:
                 "127.0.0.1",
                 "--checkpoint-root",
                 str(self.checkpoints),
+                *self.agent_args,
             ],
             env=self._env(),
             stdout=log,

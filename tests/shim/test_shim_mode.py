@@ -67,3 +67,26 @@ def test_shim_is_refused_on_mig_and_without_a_driver(node, monkeypatch, tmp_path
     ctx = SliceContext(devices=(SliceDevice(fake_uuid(0), 81920),), milli=500, memory_mib=1024)
     with pytest.raises(IsolationUnavailable, match="set GPUPOOL_REAL_LIBCUDA to its path"):
         resolve("shim", ctx)
+
+
+def test_a_shim_job_keeps_the_nodes_library_path_after_the_facade(node, monkeypatch):
+    """agent/env.py puts the shim's façade folder in front of the job's own LD_LIBRARY_PATH (the
+    node's, here different from the agent's own environment), never instead of it."""
+    from gpupool.agent.env import job_env
+    from gpupool.schemas.agent import AssignmentSpec
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/agent-only")
+    ctx = SliceContext(devices=(SliceDevice(fake_uuid(0), 81920),), milli=500, memory_mib=1024)
+    ienv = isolation_env("shim", ctx)
+    a = AssignmentSpec(assignment_id="a1", epoch=1, job_id="j1", job_name="t", replica_rank=0,
+                       command=["true"], device_uuids=[fake_uuid(0)], milli_per_device=500,
+                       memory_mib_per_device=1024)  # fmt: skip
+    own = {"LD_LIBRARY_PATH": "/opt/job-libs:/opt/cuda"}
+    env, _ = job_env(a, node="n1", checkpoint_dir="/tmp/ck", isolation="shim",
+                     isolation_env=ienv, base_env=own)  # fmt: skip
+    assert env["LD_LIBRARY_PATH"].split(":") == [
+        str(node.shim.facade_dir),
+        "/opt/job-libs",
+        "/opt/cuda",
+    ]
+    ShimIsolation.release(ienv)

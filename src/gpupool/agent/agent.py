@@ -35,7 +35,7 @@ from gpupool.agent import mpsplan
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER, Executor
 from gpupool.agent.fence import Fence
-from gpupool.agent.gpurules import GpuRules, Replica
+from gpupool.agent.gpurules import GpuRules, Replica, shim_spilled
 from gpupool.agent.jobdir import (
     BOOT_FAILED,
     EXITED,
@@ -79,6 +79,7 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
+from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation
 from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -86,8 +87,10 @@ from gpupool.schemas.agent import (
     HeartbeatResponse,
     OrdersAnswer,
     RegisterRequest,
+    ResizeOrder,
     StopOrder,
 )
+from gpupool.shim.build import SHIM_DIR_ENV
 
 log = logging.getLogger("gpupool.agent")
 #: Seconds one long poll for new orders waits on the server.
@@ -124,6 +127,11 @@ class AgentConfig:
     #: How long an ended job's processes may stay listed by NVML (the driver tearing their
     #: contexts down) before its slices are given back anyway and its devices marked unhealthy.
     release_wait_s: float = 30.0
+    #: A shim replica none of whose processes attached to its region is reported as running
+    #: without the shim this long after NVML first listed its processes on the GPU, or after
+    #: ``shim_attach_deadline_s`` of running in any case.
+    shim_attach_wait_s: float = 10.0
+    shim_attach_deadline_s: float = 120.0
     #: Measure the CUDA context size of each GPU model at start (NVML backend only).
     measure_context: bool = True
     run_as: str = AGENT  # SUBMITTER, or one account's name: who jobs run as (agent/runas.py)
@@ -182,6 +190,19 @@ class Agent(GpuRules):
             parents = {d.uuid: d for d in self.inventory}
             for d in self.devices:
                 self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
+        self._regions: dict[str, Region] = {}  # shim region path -> the mapped region
+        if config.run_as != AGENT and not os.environ.get(SHIM_DIR_ENV):
+            # The build cache defaults to the agent's home (root's is private): its jobs' accounts
+            # must load the façade, so it goes below the state folder, which they may pass.
+            os.environ[SHIM_DIR_ENV] = str(config.state_dir / "shim")
+        # Whether this node can run the CUDA shim (a real driver, a build): asked once.
+        self.shim_refused: str | None = (
+            ShimIsolation.unavailable()
+            if any(d.mig_parent is None for d in self.devices)
+            else "the node has no GPU the shim could slice"
+        )
+        if self.shim_refused is not None and self.devices:
+            log.info("isolation shim not offered: %s", self.shim_refused)
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -219,6 +240,8 @@ class Agent(GpuRules):
                 local_reason=data.get("local_reason"),
                 local_stop=data.get("local_stop"),
                 uid=data.get("uid"),
+                shim_region=data.get("shim_region"),
+                shim_attached=bool(data.get("shim_attached", False)),
             )
             adopted.append(key)
             if self.shipper is not None:
@@ -233,7 +256,9 @@ class Agent(GpuRules):
             memory_mib=host_memory_mib(),
             devices=self.devices,
             agent_version=__version__,
-            isolation_modes=offered_modes(mps=self.mps is not None, mig=bool(self._mig)),
+            isolation_modes=offered_modes(
+                mps=self.mps is not None, mig=bool(self._mig), shim=self.shim_refused is None
+            ),
             labels=self.config.labels,
             pool=self.config.pool,
             agent_id=self.agent_id,
@@ -260,6 +285,7 @@ class Agent(GpuRules):
                 if seen.status in (EXITED, BOOT_FAILED):
                     # The group is gone; children that called setsid() are not: stop them too.
                     replica.gpu_pids.update(self.executor.kill_leftovers(key))
+                    self._end_shim(replica)  # its processes are gone: so goes its region
             replica.observed = seen
         return changed
 
@@ -294,6 +320,7 @@ class Agent(GpuRules):
         telemetry = self._telemetry()
         listed = self._track_gpu_processes(telemetry)
         self._check_mps_attached(listed)
+        self._read_shim_regions(listed)
         self._enforce_memory(telemetry)
         replicas = []
         for key, r in sorted(self.replicas.items()):
@@ -303,10 +330,11 @@ class Agent(GpuRules):
             replicas.append(
                 replica_status(
                     seen,
-                    isolation=r.isolation,
+                    isolation=self._reported_isolation(r),
                     local_reason=r.local_reason,
                     local_stop=r.local_stop,
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
+                    spilled_bytes=shim_spilled(r),
                 )
             )
         verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
@@ -349,11 +377,14 @@ class Agent(GpuRules):
                 and (replica.observed.status in (EXITED, BOOT_FAILED))
             ):
                 self.executor.forget(key)
+                self._end_shim(replica)
                 del self.replicas[key]
                 job_id = replica.assignment.job_id
                 remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
             self.apply_stop(order)
+        for resize in answer.resize:
+            self.apply_resize(resize)
         for assignment in answer.start:
             self.apply_start(assignment)
 
@@ -367,6 +398,38 @@ class Agent(GpuRules):
             signal_name=order.signal,
             grace_s=order.grace_period_s,
         )
+
+    def apply_resize(self, order: ResizeOrder) -> bool:
+        """Give a running shim replica its new slice in place; False when nothing changed."""
+        r = self.replicas.get(order.assignment_id)
+        if order.epoch < self.epoch or r is None or r.shim_region is None:
+            return False
+        a = r.assignment
+        if (a.milli_per_device, a.memory_mib_per_device) == (
+            order.milli_per_device,
+            order.memory_mib_per_device,
+        ):
+            return False
+        region = self._region(r.shim_region)
+        if region is None:
+            return False
+        for uuid in a.device_uuids:
+            region.set_limit(uuid, order.memory_mib_per_device * MIB)
+            region.set_share(uuid, order.milli_per_device)
+        r.assignment = a.model_copy(
+            update={
+                "milli_per_device": order.milli_per_device,
+                "memory_mib_per_device": order.memory_mib_per_device,
+            }
+        )
+        self._save_assignment(order.assignment_id, r)
+        log.info(
+            "%s resized to %dm and %d MiB per device",
+            order.assignment_id,
+            order.milli_per_device,
+            order.memory_mib_per_device,
+        )
+        return True
 
     def apply_start(self, a: AssignmentSpec) -> bool:
         """Launch a replica; False for a stale or already known assignment."""
@@ -388,6 +451,7 @@ class Agent(GpuRules):
             mps_log_dir=str(self.mps.log_dir) if self.mps is not None else None,
             soft_hook_dir=SOFT_HOOK_DIR,
             reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
+            spill=a.memory_oversubscription == "spill",
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
@@ -408,6 +472,19 @@ class Agent(GpuRules):
                 problem = self._limit_mps_server(replica)
                 if problem is not None:  # auto falls back; an explicit mps is refused
                     replica.isolation = resolve(a.isolation, replace(ctx, mps_refused=problem))
+            try:
+                ienv = isolation_env(replica.isolation, ctx)  # the shim's region is made here
+            except (RegionError, OSError) as exc:  # auto falls back; an explicit shim is refused
+                why = f"the node could not create the CUDA shim's slice region ({exc})"
+                if replica.isolation != "shim" or a.isolation != "auto":
+                    raise IsolationUnavailable(
+                        f"isolation {replica.isolation} was requested but {why}: fix the "
+                        "node's GPUPOOL_SHIM_REGIONS folder or submit with isolation auto"
+                    ) from None
+                replica.isolation = "soft"  # the next in auto's order after mps and shim
+                replica.local_reason = f"isolation soft instead of shim: {why}"
+                ienv = isolation_env(replica.isolation, ctx)
+            replica.shim_region = self._shim_region_of(ienv)
             own = self.config.state_dir / "work" / a.job_id
             workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -429,14 +506,18 @@ class Agent(GpuRules):
                 hand_over(Path(checkpoint_dir), account)
                 if made_workdir:
                     hand_over(Path(workdir), account)
+                if replica.shim_region is not None:  # its processes map it to claim slots
+                    ShimIsolation.hand_over(ienv, account.uid, account.gid)
         except (IsolationUnavailable, UnsafeArchive, NoAccount, OSError) as exc:
             self.replicas[a.assignment_id] = replica
+            self._end_shim(replica)
             self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
             return True
         except Exception as exc:  # a job's input must never end the agent
             log.exception("preparing %s failed", a.assignment_id)
             reason = f"the node could not prepare the job: {type(exc).__name__}: {exc}"
             self.replicas[a.assignment_id] = replica
+            self._end_shim(replica)
             self.executor.record_boot_failure(a.assignment_id, reason[:500], self._record(replica))
             return True
         env, dropped = job_env(
@@ -444,7 +525,7 @@ class Agent(GpuRules):
             node=self.config.node,
             checkpoint_dir=checkpoint_dir,
             isolation=replica.isolation,
-            isolation_env=isolation_env(replica.isolation, ctx),
+            isolation_env=ienv,
             base_env=os.environ,
         )
         argv = list(a.command) if a.script is None else ["/bin/sh", "-c", a.script]
@@ -474,6 +555,7 @@ class Agent(GpuRules):
         except Exception as exc:  # e.g. a full disk: that job fails, not the node
             log.exception("launching %s failed", a.assignment_id)
             reason = f"the node could not launch the job: {type(exc).__name__}: {exc}"
+            self._end_shim(replica)
             jd = self.executor.jobdir(a.assignment_id)
             jd.path.mkdir(parents=True, exist_ok=True)  # launch.json may be there already
             jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason[:500]))
@@ -627,6 +709,8 @@ class Agent(GpuRules):
             "local_reason": replica.local_reason,
             "local_stop": replica.local_stop,
             "uid": replica.uid,
+            "shim_region": replica.shim_region,
+            "shim_attached": replica.shim_attached,
         }
 
     def _save_assignment(self, key: str, replica: Replica) -> None:

@@ -25,8 +25,9 @@ Built from, in order (later wins):
 | ``GPUPOOL_ARRAY_JOB_ID``, ``GPUPOOL_ARRAY_TASK_ID`` (index), ``GPUPOOL_ARRAY_TASK_COUNT``, |  |
 | ``GPUPOOL_ARRAY_TASK_MIN``, ``GPUPOOL_ARRAY_TASK_MAX`` | array tasks (``sbatch --array``) |
 
-4. the isolation mode's variables (MPS limits, soft caps); a ``PYTHONPATH`` from it is put in
-   front of the job's own.
+4. the isolation mode's variables (MPS limits, soft caps, the shim's region); a ``PYTHONPATH``
+   or ``LD_LIBRARY_PATH`` from it is put in front of the job's own (the shim's façade folder
+   first, the job's entries kept after it).
 
 Last, gpupool's own virtual environment (the one the agent runs from) is taken out: its
 ``bin`` leaves ``PATH`` and a ``VIRTUAL_ENV`` naming it is dropped, so ``python3`` in a job is
@@ -49,6 +50,9 @@ from gpupool.domain.jobs import reserved_env_rule
 from gpupool.schemas.agent import AssignmentSpec
 
 _KEEP_FROM_AGENT_EVEN_IF_RESERVED = ("LD_LIBRARY_PATH",)
+#: Paths an isolation mode puts in front of the job's own (the shim's façade folder first on
+#: ``LD_LIBRARY_PATH``, the soft start hook first on ``PYTHONPATH``), never instead of it.
+_PREPENDED = ("PYTHONPATH", "LD_LIBRARY_PATH")
 
 #: What a job takes from the node's (the agent's) environment; ``*`` marks a prefix.
 NODE_BASICS = (
@@ -151,8 +155,8 @@ def job_env(
             }
         )
     for key, value in isolation_env.items():
-        if key == "PYTHONPATH" and env.get("PYTHONPATH"):
-            env[key] = f"{value}:{env['PYTHONPATH']}"
+        if key in _PREPENDED and env.get(key):
+            env[key] = f"{value}:{env[key]}"
         else:
             env[key] = value
     return without_venv(env, venv), dropped

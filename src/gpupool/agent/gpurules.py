@@ -10,15 +10,25 @@ decides from each sample:
   once NVML no longer lists its processes, or after ``release_wait_s``, when the devices they
   still hold are reported unhealthy until NVML lets them go (:meth:`GpuRules._stuck_verdicts`);
 - **MPS** (:mod:`gpupool.agent.mpsplan`): which replicas may use it, the limits set on their
-  user's server, and the check that each MPS replica's processes really attached to one.
+  user's server, and the check that each MPS replica's processes really attached to one;
+- **the CUDA shim** (:meth:`GpuRules._read_shim_regions`): a shim replica's exact usage per
+  device comes from its region (not NVML's pid mapping) for the pressure rule, dead processes
+  are reaped from it, and it is reported as ``shim`` only once a process attached; one that
+  escaped (no process attached once NVML lists it, or after a bounded time) is reported as
+  running without the shim, with the reason. Its region is deleted when it ends
+  (:meth:`GpuRules._end_shim`).
 
 Words: **listed** is what NVML lists per device this sample, ``{pid: replica key or ""}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpupool.agent import mpsplan
@@ -35,6 +45,7 @@ from gpupool.domain.nodes import DeviceHealth
 from gpupool.gpu.base import Telemetry
 from gpupool.gpu.health import HealthVerdict
 from gpupool.runtime.mps import MpsDaemon
+from gpupool.runtime.shim import MIB, Region, RegionError, RegionSnapshot, ShimIsolation
 from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
 from gpupool.schemas.agent import AssignmentSpec
 
@@ -59,6 +70,11 @@ class Replica:
     gpu_pids: set[int] = field(default_factory=set)  # its processes NVML has listed
     held_since: float | None = None  # ended, but NVML still lists its processes
     released: bool = False  # ended and its GPU memory is free (or the wait ran out)
+    shim_region: str | None = None  # the CUDA shim's region of a shim replica
+    shim_attached: bool = False  # a process of it was seen attached to the region
+    shim_snapshot: RegionSnapshot | None = None  # the region's last read
+    running_since: float | None = None  # monotonic, first seen running (for the shim check)
+    listed_since: float | None = None  # monotonic, NVML first listed it while unattached
 
 
 class GpuRules:
@@ -73,6 +89,7 @@ class GpuRules:
     _stuck: dict[str, set[int]]  # device -> pids of ended jobs NVML still lists
     _said_pid_namespace: bool
     _reserve: dict[str, int]  # device -> CUDA context reserve (MiB)
+    _regions: dict[str, Region]  # shim region path -> the mapped region
 
     def _save_assignment(self, key: str, replica: Replica) -> None:
         raise NotImplementedError  # the agent's
@@ -101,6 +118,9 @@ class GpuRules:
             if r.observed is not None and r.observed.status == RUNNING
         }
         usage = with_device_totals(usage, telemetry, foreign, running)
+        for key, r in self.replicas.items():
+            if r.isolation == "shim" and r.shim_snapshot is not None:
+                usage[key] = shim_usage_mib(r.shim_snapshot)  # exact, from the region
         watched = []
         for key, r in self.replicas.items():
             if r.observed is None or r.observed.status != RUNNING:
@@ -278,3 +298,106 @@ class GpuRules:
                 "they are gone",
             )
         return verdicts
+
+    # ------------------------------------------------------------------ the CUDA shim
+
+    @staticmethod
+    def _shim_region_of(env: Mapping[str, str]) -> str | None:
+        path = ShimIsolation.region_path(env)
+        return str(path) if path is not None else None
+
+    def _reported_isolation(self, r: Replica) -> str | None:
+        """``shim`` only once a process attached to the region; nothing before."""
+        if r.isolation == "shim" and not r.shim_attached:
+            return None
+        return r.isolation
+
+    def _region(self, path: str) -> Region | None:
+        region = self._regions.get(path)
+        if region is None:
+            try:
+                region = Region.open(Path(path))
+            except RegionError as exc:
+                log.warning("%s", exc)
+                return None
+            self._regions[path] = region
+        return region
+
+    def _read_shim_regions(self, listed: dict[str, dict[int, str]]) -> None:
+        """Reap, read usage and check attachment for every running shim replica."""
+        now = self.clock.monotonic()
+        for key, r in self.replicas.items():
+            if (
+                r.isolation != "shim"
+                or r.shim_region is None
+                or r.observed is None
+                or r.observed.status != RUNNING
+            ):
+                continue
+            region = self._region(r.shim_region)
+            if region is None:
+                continue
+            try:
+                region.reap()
+                r.shim_snapshot = region.read()
+            except RegionError as exc:
+                log.warning("%s: %s", key, exc)
+                continue
+            if r.running_since is None:
+                r.running_since = now
+            if r.shim_snapshot.attached:
+                if not r.shim_attached:
+                    r.shim_attached = True
+                    self._save_assignment(key, r)
+                continue
+            if r.shim_attached:
+                continue  # attached before; its processes come and go
+            on_gpu = sorted(
+                {pid for per in listed.values() for pid, owner in per.items() if owner == key}
+            )
+            if on_gpu and r.listed_since is None:
+                r.listed_since = now
+            waited_listed = r.listed_since is not None and (
+                now - r.listed_since >= self.config.shim_attach_wait_s
+            )
+            waited_long = now - r.running_since >= self.config.shim_attach_deadline_s
+            if not (waited_listed or waited_long):
+                continue
+            why = (
+                f"its GPU processes {on_gpu} use the GPU"
+                if on_gpu
+                else f"it has run {self.config.shim_attach_deadline_s:.0f}s"
+            )
+            r.isolation = "soft"  # what still holds: the NVML watchdog
+            r.local_reason = (
+                f"running without the CUDA shim: {why} but none of its processes attached to "
+                "its slice region (a static binary, a cleared environment or a reset "
+                "LD_LIBRARY_PATH bypasses the shim), so no shim limit holds; watched as soft "
+                "isolation"
+            )
+            self._save_assignment(key, r)
+            log.warning("%s: %s", key, r.local_reason)
+
+    def _end_shim(self, r: Replica) -> None:
+        """A replica's processes are gone: keep the region's last figures, delete it."""
+        if r.shim_region is None:
+            return
+        region = self._regions.pop(r.shim_region, None)
+        if region is not None:
+            with contextlib.suppress(RegionError):
+                region.reap()
+                r.shim_snapshot = region.read()
+            region.close()
+        ShimIsolation.release({"GPUPOOL_CUDA_REGION": r.shim_region})
+
+
+def shim_spilled(r: Replica) -> dict[str, int] | None:
+    """Bytes per device a shim replica's processes hold in host memory (spill), as last read."""
+    if r.shim_snapshot is None or r.isolation != "shim":
+        return None
+    return {d.uuid: d.spilled_bytes for d in r.shim_snapshot.devices}
+
+
+def shim_usage_mib(snapshot: RegionSnapshot) -> dict[str, int]:
+    """A shim replica's memory per device (MiB, rounded up) as its region counts it."""
+    return {d.uuid: math.ceil(d.used_bytes / MIB) for d in snapshot.devices}

@@ -73,6 +73,7 @@ def replica_status(
     local_reason: str | None = None,
     local_stop: str | None = None,
     checkpoint_time: float | None = None,
+    spilled_bytes: dict[str, int] | None = None,
 ) -> ReplicaStatus:
     """The wire report for one replica.
 
@@ -100,4 +101,5 @@ def replica_status(
         isolation=isolation,
         reason=reason[:2000] if reason else None,
         checkpoint_time=checkpoint_time,
+        spilled_bytes=spilled_bytes,
     )

@@ -74,9 +74,12 @@ def job_view(
                 device_uuid=x.device_uuid,
                 milli=x.milli,
                 memory_mib=x.memory_mib,
+                spilled_bytes=x.spilled_bytes,
             )
             for x in (detail.slices if detail else ())
         ],
+        memory_oversubscription=detail.memory_oversubscription if detail else "fail",
+        spilled_bytes=sum(x.spilled_bytes for x in detail.slices) if detail else 0,
         priority_factors=(
             [
                 FactorView(
@@ -158,6 +161,7 @@ def pool_view(p: Pool) -> PoolView:
         memory_overcommit=p.memory_overcommit,
         price_per_gpu_hour=dict(p.price_per_gpu_hour),
         default_price_per_gpu_hour=p.default_price_per_gpu_hour,
+        memory_oversubscription=p.memory_oversubscription,
     )
 
 

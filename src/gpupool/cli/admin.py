@@ -91,6 +91,13 @@ def pools_set(  # noqa: PLR0917 - typer options
         list[str] | None, typer.Option(help="price per GPU-hour of a model: A100=2.5 (repeat)")
     ] = None,
     default_price: Annotated[float, typer.Option(help="price per GPU-hour otherwise")] = 0.0,
+    oversubscription: Annotated[
+        str,
+        typer.Option(
+            help="isolation shim: an allocation that fits the slice but not the GPU: fail or "
+            "spill (to host memory)"
+        ),
+    ] = "fail",
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -106,6 +113,7 @@ def pools_set(  # noqa: PLR0917 - typer options
             memory_overcommit=overcommit,
             price_per_gpu_hour=_prices(price or []),
             default_price_per_gpu_hour=default_price,
+            memory_oversubscription=oversubscription,
         )
         _show(saved, render.pools_table([saved]), json_out)
 

@@ -2,7 +2,7 @@
 
 Commands live in one module per group, each with an ``install(app)`` that adds its commands:
 :mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, fetch, history),
-:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update),
+:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update), :mod:`~gpupool.cli.resize`,
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens, audit), :mod:`~gpupool.cli.top`,
 :mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck`, :mod:`~gpupool.cli.login`,
@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "release": "gpupool.cli.jobctl",
     "requeue": "gpupool.cli.jobctl",
     "update": "gpupool.cli.jobctl",
+    "resize": "gpupool.cli.resize",
     "nodes": "gpupool.cli.infra",
     "gpus": "gpupool.cli.infra",
     "drain": "gpupool.cli.infra",

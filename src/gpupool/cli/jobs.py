@@ -244,7 +244,7 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
         Path | None, typer.Option("--workdir", help="folder the job runs in (see below)")
     ] = None,
     isolation: Annotated[
-        str | None, typer.Option("--isolation", help="auto, exclusive, mps, soft or mig")
+        str | None, typer.Option("--isolation", help="auto, exclusive, mps, shim, soft or mig")
     ] = None,
     file: Annotated[
         Path | None, typer.Option("-f", "--file", help="job file; options override its keys")

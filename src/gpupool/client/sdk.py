@@ -363,6 +363,14 @@ class Client:
         response = self.request("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
         return JobView.model_validate(response.json())
 
+    def resize(
+        self, job_id: str, *, gpus: str | None = None, gpu_memory: str | None = None
+    ) -> JobView:
+        """Resize a running shim job's slice in place (``POST /v1/jobs/{id}/resize``)."""
+        body = {"gpus": gpus, "gpu_memory": gpu_memory}
+        response = self.request("POST", f"/v1/jobs/{job_id}/resize", json=body)
+        return JobView.model_validate(response.json())
+
     def hold(self, job_id: str) -> JobView:
         return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/hold").json())
 

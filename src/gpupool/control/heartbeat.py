@@ -22,6 +22,8 @@ from gpupool.control.auth import Actor, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.jobstate import attempt_outcome, finish_job, move, release_slices
 from gpupool.control.nodes import current_epoch
+from gpupool.control.oversubscription import oversubscription_of, record_spilled
+from gpupool.control.resize import resize_orders
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
@@ -58,7 +60,7 @@ WIRE_STOP_REASON: dict[str, StopReason] = {
 
 
 #: Isolation modes a job's record may say it got (anything else is not recorded).
-_ISOLATIONS = ("exclusive", "mps", "soft", "mig")
+_ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim")
 
 
 def _alert(s: Session, now: float, kind: str, subject: str, message: str) -> None:
@@ -154,8 +156,13 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         return None  # unknown to us: ignore (rule 3)
     if a.state == "finished":
         return a.id
-    if rep.isolation is not None:
+    if rep.isolation is not None and rep.isolation != a.isolation:
         a.isolation = rep.isolation
+        # A mode can be known only once the job runs (shim: a process attached) or change
+        # while it runs (it escaped the shim, lost MPS): the job's record follows.
+        job = s.get(JobModel, a.job_id)
+        if job is not None and job.state == JobState.RUNNING.value:
+            job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
     if rep.state in (ReplicaState.EXITED, ReplicaState.BOOT_FAILED):
         job = s.get(JobModel, a.job_id)
         if job is not None and job.isolation is None and a.isolation in _ISOLATIONS:
@@ -169,6 +176,8 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None and job.state == JobState.CONFIGURING.value:
             move(s, job, JobState.RUNNING, now, reason=f"running on {node}")
             job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
+    if rep.spilled_bytes:
+        record_spilled(s, a.id, rep.spilled_bytes)
     if rep.checkpoint_time is not None:
         job = s.get(JobModel, a.job_id)
         if job is not None:
@@ -231,6 +240,7 @@ def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSp
         milli_per_device=slices[0].milli if slices else 0,
         memory_mib_per_device=slices[0].memory_mib if slices else 0,
         isolation=spec["isolation"],
+        memory_oversubscription=oversubscription_of(s, job.pool),
         time_limit_s=spec["time_limit_s"],
         checkpoint_signal=spec["checkpoint_signal"],
         grace_period_s=spec["grace_period_s"],
@@ -372,6 +382,7 @@ class HeartbeatService:
                     spec = _assignment_spec(s, a, epoch)
                     if spec is not None:
                         start.append(spec)
+            resize = resize_orders(s, live, epoch)
         if changed:
             self.cp.poke()
         return HeartbeatResponse(
@@ -380,5 +391,6 @@ class HeartbeatService:
             node_timeout_s=settings.node_timeout_s,
             start=start,
             stop=stop,
+            resize=resize,
             finished_ack=finished,
         )

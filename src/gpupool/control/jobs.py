@@ -44,6 +44,7 @@ from gpupool.store.models import (
     Base,
     JobEventModel,
     JobModel,
+    PoolModel,
     SliceModel,
 )
 
@@ -60,6 +61,7 @@ class JobDetail:
     nodes: tuple[str, ...] = ()
     assignments: tuple[str, ...] = ()
     slices: tuple[JobSlice, ...] = ()
+    memory_oversubscription: str = "fail"  # its pool's choice (isolation shim)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class JobSlice:
     device_uuid: str
     milli: int
     memory_mib: int
+    spilled_bytes: int = 0  # held in host memory (isolation shim, pool spill), as last reported
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,18 @@ def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
             ):
                 a = by_id[sl.assignment_id]
                 slices.setdefault(a.job_id, []).append(
-                    JobSlice(a.rank, a.node, sl.device_uuid, sl.milli, sl.memory_mib)
+                    JobSlice(
+                        a.rank, a.node, sl.device_uuid, sl.milli, sl.memory_mib, sl.spilled_bytes
+                    )
                 )
+    spill = {
+        p.name: p.memory_oversubscription
+        for p in (
+            s.scalars(select(PoolModel).where(PoolModel.name.in_({r.pool for r in rows})))
+            if rows
+            else ()
+        )
+    }
     out = []
     for row in rows:
         mine = live.get(row.id, [])
@@ -127,6 +140,7 @@ def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
                 nodes=tuple(a.node for a in mine),
                 assignments=tuple(a.id for a in mine),
                 slices=tuple(sorted(slices.get(row.id, []), key=lambda x: x.replica)),
+                memory_oversubscription=spill.get(row.pool, "fail"),
             )
         )
     return out

@@ -27,6 +27,7 @@ def _validate(pool: Pool) -> Pool:
             memory_overcommit=pool.memory_overcommit,
             price_per_gpu_hour=pool.price_per_gpu_hour,
             default_price_per_gpu_hour=pool.default_price_per_gpu_hour,
+            memory_oversubscription=pool.memory_oversubscription,
         )
     except InvalidValue as exc:
         raise Invalid(exc.message) from None
@@ -64,6 +65,7 @@ class PoolService:
             row.memory_overcommit = pool.memory_overcommit
             row.prices = dict(pool.price_per_gpu_hour)
             row.default_price = pool.default_price_per_gpu_hour
+            row.memory_oversubscription = pool.memory_oversubscription
             audit.record(
                 s, actor, "pool.create" if created else "pool.update", now, target=pool.name
             )

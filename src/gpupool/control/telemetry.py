@@ -29,12 +29,13 @@ def read_sample(cp: ControlPlane, *, tenant_names: bool | None = None) -> Cluste
     hot_c = cp.settings.temperature_alert_c
     with cp.read() as s:
         held = {
-            uuid: (int(m or 0), int(mem or 0))
-            for uuid, m, mem in s.execute(
+            uuid: (int(m or 0), int(mem or 0), int(spilled or 0))
+            for uuid, m, mem, spilled in s.execute(
                 select(
                     SliceModel.device_uuid,
                     func.sum(SliceModel.milli),
                     func.sum(SliceModel.memory_mib),
+                    func.sum(SliceModel.spilled_bytes),
                 )
                 .where(SliceModel.active.is_(True))
                 .group_by(SliceModel.device_uuid)
@@ -44,7 +45,7 @@ def read_sample(cp: ControlPlane, *, tenant_names: bool | None = None) -> Cluste
         physical: dict[str, int] = defaultdict(int)
         allocated: dict[str, int] = defaultdict(int)
         for d in s.scalars(select(DeviceModel).order_by(DeviceModel.node, DeviceModel.index)):
-            milli, mem = held.get(d.uuid, (0, 0))
+            milli, mem, spilled = held.get(d.uuid, (0, 0, 0))
             physical[d.pool] += d.memory_mib
             allocated[d.pool] += mem
             devices.append(
@@ -62,6 +63,7 @@ def read_sample(cp: ControlPlane, *, tenant_names: bool | None = None) -> Cluste
                     temperature_c=d.temperature_c,
                     power_w=d.power_w,
                     hot=d.temperature_c is not None and d.temperature_c >= hot_c,
+                    spilled_bytes=spilled,
                 )
             )
         named = cp.settings.metrics_tenants if tenant_names is None else tenant_names

@@ -30,6 +30,8 @@ class IsolationMode(enum.Enum):
     - ``mps``: NVIDIA MPS with a hard SM share and a pinned memory limit.
     - ``soft``: framework memory caps at interpreter start plus an NVML watchdog.
     - ``mig``: the job runs on a MIG instance.
+    - ``shim``: gpupool's CUDA driver shim holds every process to the slice's memory and SM
+      share (any CUDA program; see docs/shim.md).
     - ``auto``: the strongest mode the node offers for this slice.
     """
 
@@ -38,6 +40,7 @@ class IsolationMode(enum.Enum):
     MPS = "mps"
     SOFT = "soft"
     MIG = "mig"
+    SHIM = "shim"
 
 
 class RequeuePolicy(enum.Enum):

@@ -31,7 +31,7 @@ The job file format (every key but ``name`` and ``command``/``script`` is option
     checkpoint:
       signal: SIGUSR1
       grace: 60s
-    isolation: auto        # auto | exclusive | mps | soft | mig
+    isolation: auto        # auto | exclusive | mps | shim | soft | mig
     env:
       WANDB_MODE: offline
     workdir: /data/experiments

@@ -4,6 +4,10 @@
 physically exists (1.0 = never promise more than exists; 1.5 = promise up to 150 %). When a
 device of an overcommitted pool runs short, the agent checkpoints and requeues the
 lowest-priority opportunistic job on it.
+
+``memory_oversubscription`` says what a slice under isolation ``shim`` does with an allocation
+that fits the slice but not the GPU's free memory: ``fail`` (the default: out of memory, with a
+line naming the slice) or ``spill`` (served from host memory, counted and reported per job).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ def validate_name(kind: str, name: str) -> str:
 
 
 DEFAULT_POOL = "default"
+#: The values of ``Pool.memory_oversubscription``.
+OVERSUBSCRIPTION_CHOICES = ("fail", "spill")
 
 
 @dataclass(frozen=True)
@@ -44,9 +50,16 @@ class Pool:
     memory_overcommit: float = 1.0
     price_per_gpu_hour: tuple[tuple[str, float], ...] = field(default=())
     default_price_per_gpu_hour: float = 0.0
+    memory_oversubscription: str = "fail"
 
     def __post_init__(self) -> None:
         validate_name("pool", self.name)
+        if self.memory_oversubscription not in OVERSUBSCRIPTION_CHOICES:
+            raise InvalidValue(
+                f"pool {self.name}: memory_oversubscription {self.memory_oversubscription!r} is "
+                f"not a choice: use {' or '.join(OVERSUBSCRIPTION_CHOICES)}",
+                field="memory_oversubscription",
+            )
         if not 1.0 <= self.memory_overcommit <= 4.0:
             raise InvalidValue(
                 f"pool {self.name}: memory_overcommit {self.memory_overcommit} is out of range: "

@@ -34,6 +34,7 @@ class DeviceSample:
     temperature_c: float | None = None
     power_w: float | None = None
     hot: bool = False
+    spilled_bytes: int = 0  # over its slices: host memory serving them (isolation shim spill)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,12 @@ class ClusterCollector(Collector):
         healthy = GaugeMetricFamily(
             "gpupool_gpu_healthy", "1 when the device may take work", labels=DEVICE_LABELS
         )
+        spilled = GaugeMetricFamily(
+            "gpupool_slice_spilled_bytes",
+            "Bytes of the device's slices served from host memory because the GPU was full "
+            "(isolation shim, pools with memory_oversubscription spill)",
+            labels=DEVICE_LABELS,
+        )
         alerts = GaugeMetricFamily(
             "gpupool_alerts", "Devices with an alert in force, by kind", labels=["kind"]
         )
@@ -96,11 +103,12 @@ class ClusterCollector(Collector):
             total.add_metric(lv, float(mib_to_bytes(d.memory_mib)))
             compute.add_metric(lv, d.allocated_milli / MILLI_PER_GPU)
             healthy.add_metric(lv, 1.0 if d.healthy else 0.0)
+            spilled.add_metric(lv, float(d.spilled_bytes))
             hot += d.hot
             unhealthy += not d.healthy
         alerts.add_metric(["temperature"], float(hot))
         alerts.add_metric(["health"], float(unhealthy))
-        yield from (util, used, alloc, total, compute, temp, power, healthy, alerts)
+        yield from (util, used, alloc, total, compute, temp, power, healthy, spilled, alerts)
 
         share = GaugeMetricFamily(
             "gpupool_mem_share_ratio",

@@ -1,1 +1,1 @@
-"""Isolation modes that enforce a slice on the node: exclusive, mps, soft, mig."""
+"""Isolation modes that enforce a slice on the node: exclusive, mps, shim, soft, mig."""

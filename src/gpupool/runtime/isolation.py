@@ -10,10 +10,14 @@ chains). For one replica's slice (:class:`SliceContext`) a mode says whether it 
 | ``mig`` | hardware partition: own SMs, memory and cache | devices that are MIG instances |
 | ``exclusive`` | whole devices, nobody else on them | a whole-device slice |
 | ``mps`` | hard SM share and pinned memory limit (NVIDIA MPS) | a running MPS control daemon |
+| ``shim`` | any CUDA program held to the slice's memory and SM share | a driver, a C compiler |
 | ``soft`` | framework memory caps + NVML watchdog | nothing (best effort) |
 
 ``auto`` walks :data:`AUTO_ORDER`, strongest first, and takes the first mode that supports the
-slice. An explicitly requested mode that cannot be enforced is refused with a reason (the job
+slice: a fractional slice gets ``mps`` where the node runs MPS, else ``shim`` where the shim can
+be built and a real driver exists, else ``soft``. MPS and the shim are not combined yet (the
+shim could add the memory limit per process tree that MPS lacks): a replica gets one mode.
+An explicitly requested mode that cannot be enforced is refused with a reason (the job
 then fails to boot with that reason) rather than silently weakened.
 """
 
@@ -50,8 +54,10 @@ class SliceContext:
     ``milli`` and ``memory_mib`` are per device. ``mps_pipe_dir`` / ``mps_log_dir`` are set
     when this node runs an MPS control daemon; ``mps_refused`` says why this replica may not
     use it all the same (another Unix user's MPS jobs on its GPU). ``soft_hook_dir`` is the
-    folder holding the interpreter start hook. ``reserve_mib`` is the CUDA context reserve of
-    the devices' model (MiB a process holds beyond what its framework allocates).
+    folder holding the interpreter start hook. ``spill`` is the pool's memory oversubscription
+    choice (the shim serves such allocations from host memory). ``reserve_mib`` is the CUDA
+    context reserve of the devices' model (MiB a process holds beyond what its framework
+    allocates).
     """
 
     devices: tuple[SliceDevice, ...]
@@ -62,6 +68,7 @@ class SliceContext:
     soft_hook_dir: str | None = None
     mps_refused: str | None = None
     reserve_mib: int = 0
+    spill: bool = False  # an allocation that fits the slice but not the GPU goes to host memory
 
     @property
     def whole(self) -> bool:
@@ -191,7 +198,7 @@ MODES: dict[str, IsolationMode] = {
     )
 }
 #: The order ``auto`` tries, strongest guarantee first.
-AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "soft")
+AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "shim", "soft")
 
 
 def resolve(requested: str, ctx: SliceContext) -> str | None:
@@ -223,6 +230,7 @@ def isolation_env(mode: str | None, ctx: SliceContext) -> Mapping[str, str]:
     return {} if mode is None else MODES[mode].job_env(ctx)
 
 
-def offered_modes(*, mps: bool, mig: bool) -> list[str]:
+def offered_modes(*, mps: bool, mig: bool, shim: bool = False) -> list[str]:
     """Modes a node offers, for its registration."""
-    return [m for m in AUTO_ORDER if (m != "mps" or mps) and (m != "mig" or mig)]
+    have = {"mps": mps, "mig": mig, "shim": shim}
+    return [m for m in AUTO_ORDER if have.get(m, True)]

@@ -21,6 +21,7 @@ has one definition: the C header.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import subprocess
 import tempfile
@@ -43,6 +44,8 @@ DEV_SPILL = 0x1
 REGION_LEND_IDLE = 0x1
 NO_CAP_PERMILLE = 1000
 MIB = 1 << 20
+#: The regions folder: others may pass to a region handed to them, not list the folder.
+REGIONS_FOLDER_MODE = 0o711
 
 
 class RegionError(GpupoolError):
@@ -210,7 +213,7 @@ class Region:
         handle = lib.gp_region_map(str(path).encode(), ctypes.byref(err))
         if not handle:
             why = (
-                "not a gpupool region of this version"
+                "not a slice region of this version"
                 if err.value == -71
                 else os.strerror(-err.value)
             )
@@ -329,13 +332,21 @@ def job_env(
 
 def real_driver() -> Path | None:
     """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
-    paths, else what ``ldconfig -p`` lists (never gpupool's own façade)."""
+    paths, else what ``ldconfig -p`` lists (never the shim's own façade)."""
     explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
     if explicit:
         return Path(explicit) if Path(explicit).is_file() else None
     for p in DRIVER_PATHS:
         if Path(p).is_file():
             return Path(p).resolve()
+    found = _ldconfig_driver()
+    return found if found is not None and found.is_file() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _ldconfig_driver() -> Path | None:
+    """The driver ``ldconfig -p`` lists, asked once per process (every ``auto`` job on a node
+    without a driver would otherwise run it)."""
     try:
         out = subprocess.run(
             ["ldconfig", "-p"], capture_output=True, text=True, check=False, timeout=10
@@ -390,6 +401,12 @@ class ShimIsolation:
     def supports(self, ctx: SliceContext) -> str | None:
         if any(d.is_mig for d in ctx.devices):
             return "the CUDA shim does not run on MIG instances (MIG isolates them already)"
+        return self.unavailable()
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why this node cannot run the shim at all (no real driver, no build), else ``None``:
+        what the agent asks at start to decide whether it offers the mode."""
         if real_driver() is None:
             return (
                 "no CUDA driver (libcuda.so.1) found on this node: install the NVIDIA driver or "
@@ -420,21 +437,32 @@ class ShimIsolation:
         if driver is None:  # supports() said so first; the node changed since
             raise RegionError("the CUDA driver is gone from this node")
         folder = regions_dir()
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        # Jobs of other accounts pass through to their own region (handed to them, see
+        # hand_over); none can list the folder, and a region's name is unguessable.
+        folder.chmod(REGIONS_FOLDER_MODE)
         path = folder / f"{uuid4().hex}.region"
         slices = [
             DeviceSlice(
                 uuid=d.uuid,
                 mem_limit_bytes=ctx.memory_mib * MIB,
                 sm_share_permille=min(NO_CAP_PERMILLE, max(1, ctx.milli)),
+                spill=ctx.spill,
             )
             for d in ctx.devices
         ]
         label = f"{ctx.milli}m of {len(ctx.devices)} GPU(s), {ctx.memory_mib} MiB each"
         Region.create(path, label, slices).close()
-        return job_env(
-            path,
-            driver,
-            real_nvml=real_nvml(),
-            base={"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")},
-        )
+        # LD_LIBRARY_PATH is the façade's folder alone: agent/env.py puts it in front of the
+        # job's own path.
+        return job_env(path, driver, real_nvml=real_nvml())
+
+    @staticmethod
+    def hand_over(env: Mapping[str, str], uid: int, gid: int) -> None:
+        """Give the replica's region to the account its processes run as (``--run-as``): they
+        map it read-write to claim their slots. It stays ``0600``: no other account may read
+        or write it."""
+        path = ShimIsolation.region_path(env)
+        if path is not None:
+            os.chown(path, uid, gid)
+            path.chmod(0o600)

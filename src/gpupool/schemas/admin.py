@@ -25,6 +25,12 @@ class PoolView(WireModel):
     memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     default_price_per_gpu_hour: float = Field(default=0.0, ge=0.0)
+    memory_oversubscription: str = Field(
+        default="fail",
+        pattern="^(fail|spill)$",
+        description="isolation shim: an allocation that fits the slice but not the GPU fails "
+        "(fail) or is served from host memory (spill)",
+    )
 
 
 class PutPoolRequest(WireModel):
@@ -32,6 +38,12 @@ class PutPoolRequest(WireModel):
     memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
     price_per_gpu_hour: dict[str, Price] = Field(default_factory=dict)
     default_price_per_gpu_hour: Price = 0.0
+    memory_oversubscription: str = Field(
+        default="fail",
+        pattern="^(fail|spill)$",
+        description="isolation shim: an allocation that fits the slice but not the GPU fails "
+        "(fail) or is served from host memory (spill)",
+    )
 
 
 class QuotaView(WireModel):

@@ -44,8 +44,12 @@ from pydantic import Field
 
 from gpupool.schemas.base import WireModel
 
+#: What a slice does with an allocation that fits it but not the GPU's free memory (a pool's
+#: ``memory_oversubscription``): ``fail`` (out of memory) or ``spill`` (host memory, counted).
+OVERSUBSCRIPTION = ("fail", "spill")
+
 #: Isolation modes an agent may offer (same names as ``gpupool.domain.jobs.IsolationMode``).
-ISOLATION_MODES = ("exclusive", "mps", "soft", "mig")
+ISOLATION_MODES = ("exclusive", "mps", "soft", "mig", "shim")
 
 
 class DeviceInfo(WireModel):
@@ -169,6 +173,11 @@ class ReplicaStatus(WireModel):
     checkpoint_time: float | None = Field(
         default=None, description="when the job last reported a checkpoint (epoch seconds)"
     )
+    spilled_bytes: dict[str, int] | None = Field(
+        default=None,
+        description="per device UUID, bytes served from host memory because the GPU was full "
+        "(isolation shim with the pool's memory_oversubscription spill)",
+    )
 
 
 class HeartbeatRequest(WireModel):
@@ -235,6 +244,9 @@ class AssignmentSpec(WireModel):
     milli_per_device: int
     memory_mib_per_device: int
     isolation: str = "auto"
+    memory_oversubscription: str = Field(
+        default="fail", pattern="^(fail|spill)$", description="the pool's, see OVERSUBSCRIPTION"
+    )
     time_limit_s: float | None = None
     checkpoint_signal: str = "SIGTERM"
     grace_period_s: float = 30.0
@@ -256,6 +268,16 @@ class StopOrder(WireModel):
     grace_period_s: float = 30.0
 
 
+class ResizeOrder(WireModel):
+    """A running shim replica's slice per device as the server holds it now (sent for every
+    such replica: the agent changes its region's limits where they differ)."""
+
+    assignment_id: str
+    epoch: int
+    milli_per_device: int = Field(ge=1, le=1000)
+    memory_mib_per_device: int = Field(ge=1)
+
+
 class HeartbeatResponse(WireModel):
     """What the node should do now."""
 
@@ -269,6 +291,7 @@ class HeartbeatResponse(WireModel):
     )
     start: list[AssignmentSpec] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
+    resize: list[ResizeOrder] = Field(default_factory=list)
     finished_ack: list[str] = Field(
         default_factory=list, description="assignment ids the server recorded as finished"
     )

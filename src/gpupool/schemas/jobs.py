@@ -90,6 +90,9 @@ class JobSliceView(WireModel):
     device_uuid: str
     milli: int
     memory_mib: int
+    spilled_bytes: int = Field(
+        default=0, description="bytes held in host memory because the GPU was full (shim spill)"
+    )
 
 
 class JobView(WireModel):
@@ -127,6 +130,12 @@ class JobView(WireModel):
     estimated_start: float | None = None
     nodes: list[str] = Field(default_factory=list)
     slices: list[JobSliceView] = Field(default_factory=list)
+    memory_oversubscription: str = Field(
+        default="fail",
+        description="its pool's choice under isolation shim: an allocation that fits the slice "
+        "but not the GPU fails (fail) or is served from host memory (spill)",
+    )
+    spilled_bytes: int = Field(default=0, description="the sum over its slices' spilled_bytes")
     priority_factors: list[FactorView] | None = None
 
 
@@ -149,6 +158,14 @@ class JobEventView(WireModel):
     target: str
     version: int
     reason: str | None
+
+
+class ResizeJobRequest(WireModel):
+    """A running shim job's new slice per device: ``gpus`` like ``0.5``, ``gpu_memory`` like
+    ``30GiB`` (either or both)."""
+
+    gpus: str | None = Field(default=None, max_length=32)
+    gpu_memory: str | None = Field(default=None, max_length=32)
 
 
 class CancelJobRequest(WireModel):

@@ -95,8 +95,12 @@ class ShimBuild:
         return all(f.is_file() for f in files)
 
 
+#: Where the build cache goes when set (else the user's cache folder).
+SHIM_DIR_ENV = "GPUPOOL_SHIM_DIR"
+
+
 def cache_root() -> Path:
-    explicit = os.environ.get("GPUPOOL_SHIM_DIR")
+    explicit = os.environ.get(SHIM_DIR_ENV)
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -323,6 +327,8 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                 tmp,
             )
             _compile(cc, [*CFLAGS, inc, region, "-o", "libgpupool_region.so", *LIBS], tmp)
+            # Readable by every account: jobs that run as another user (--run-as) load it.
+            tmp.chmod(0o755)
             if root.exists():
                 shutil.rmtree(root)
             tmp.rename(root)

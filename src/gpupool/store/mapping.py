@@ -235,6 +235,7 @@ def pool_from_row(row: PoolModel) -> Pool:
         memory_overcommit=row.memory_overcommit,
         price_per_gpu_hour=tuple(sorted(row.prices.items())),
         default_price_per_gpu_hour=row.default_price,
+        memory_oversubscription=row.memory_oversubscription,
     )
 
 

@@ -43,6 +43,7 @@ class PoolModel(Base):
     memory_overcommit: Mapped[float] = mapped_column(Float, default=1.0)
     prices: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
     default_price: Mapped[float] = mapped_column(Float, default=0.0)
+    memory_oversubscription: Mapped[str] = mapped_column(String(8), default="fail")
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -248,6 +249,8 @@ class SliceModel(Base):
     memory_mib: Mapped[int] = mapped_column(BigInteger)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     accounted_until: Mapped[float] = mapped_column(Float)
+    #: Bytes the replica holds in host memory on this device (shim spill), as last reported.
+    spilled_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class UsageModel(Base):

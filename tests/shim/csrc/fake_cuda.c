@@ -7,7 +7,9 @@
  * Environment: FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_MEM (physical bytes per device
  * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records).
  * A kernel's duration in ns is the uint64 its first kernel parameter points to; a graph's is
- * the uint64 its CUgraphExec handle points to. Device i's UUID is "gpupoolfakegpu" + {0, i}. */
+ * the uint64 its CUgraphExec handle points to. Device i's UUID is "gpupoolfakegpu" + {0, i},
+ * unless CUDA_VISIBLE_DEVICES lists GPU UUIDs (as gpupool's agent sets it): then, like the real
+ * driver, the devices are those, in that order, with those UUIDs. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -56,7 +58,40 @@ static __thread CUcontext g_current;
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_used[MAXDEV];
 
+/* The i-th GPU UUID CUDA_VISIBLE_DEVICES lists, into out; 0 when it lists fewer. */
+static int visible_uuid(int i, unsigned char out[16]) {
+    const char *e = getenv("CUDA_VISIBLE_DEVICES");
+    int k = 0;
+    while (e && *e) {
+        const char *end = strchr(e, ',');
+        size_t len = end ? (size_t)(end - e) : strlen(e);
+        if (len > 4 && strncmp(e, "GPU-", 4) == 0) {
+            if (k == i) {
+                int n = 0;
+                for (size_t j = 4; j < len && n < 32; j++) {
+                    char c = e[j];
+                    int v = c >= '0' && c <= '9'   ? c - '0'
+                            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                   : -1;
+                    if (v < 0) continue; /* the dashes */
+                    if (n % 2 == 0) out[n / 2] = (unsigned char)(v << 4);
+                    else out[n / 2] |= (unsigned char)v;
+                    n++;
+                }
+                return n == 32;
+            }
+            k++;
+        }
+        e = end ? end + 1 : NULL;
+    }
+    return 0;
+}
 static int ndev(void) {
+    unsigned char u[16];
+    int visible = 0;
+    while (visible < MAXDEV && visible_uuid(visible, u)) visible++;
+    if (visible > 0) return visible;
     const char *e = getenv("FAKE_CUDA_DEVICES");
     int n = e ? atoi(e) : 1;
     return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
@@ -282,6 +317,11 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 }
 API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char visible[16];
+    if (visible_uuid(d, visible)) {
+        memcpy(u->bytes, visible, 16);
+        return CUDA_SUCCESS;
+    }
     memcpy(u->bytes, "gpupoolfakegpu", 14);
     u->bytes[14] = 0;
     u->bytes[15] = (char)d;

@@ -50,6 +50,7 @@ def put_pool(name: str, body: PutPoolRequest, svc: Svc, act: Act, response: Resp
         memory_overcommit=body.memory_overcommit,
         price_per_gpu_hour=tuple(sorted(body.price_per_gpu_hour.items())),
         default_price_per_gpu_hour=body.default_price_per_gpu_hour,
+        memory_oversubscription=body.memory_oversubscription,
     )
     assert isinstance(pool, Pool)
     saved, created = svc.pools.put(act, pool)

@@ -13,14 +13,18 @@ from gpupool.api.views import event_view, job_view
 from gpupool.control.arrays import submit_array
 from gpupool.control.errors import Invalid
 from gpupool.control.jobs import JobFilter
+from gpupool.control.resize import ResizeService
+from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobspec import MAX_REPLICAS
 from gpupool.domain.states import JobState
+from gpupool.domain.units import parse_gpus, parse_memory
 from gpupool.schemas.agent import LogStream
 from gpupool.schemas.jobs import (
     CancelJobRequest,
     JobEventView,
     JobList,
     JobView,
+    ResizeJobRequest,
     SubmitJobRequest,
     SubmitJobResponse,
     UpdateJobRequest,
@@ -172,6 +176,19 @@ def update(job_id: str, body: UpdateJobRequest, svc: Svc, act: Act) -> JobView:
     """Change a pending job's name, priority class, time limit, expected duration or
     preemptibility (like scontrol update); 409 once it has started."""
     return job_view(svc.jobs.update(act, job_id, body.changes()))
+
+
+@router.post("/{job_id}/resize", response_model=JobView)
+def resize(job_id: str, body: ResizeJobRequest, svc: Svc, act: Act) -> JobView:
+    """Resize a running shim job's slice in place (quota and free capacity admitted, audited,
+    an event); 409 when it cannot be."""
+    try:
+        milli = parse_gpus(body.gpus) if body.gpus is not None else None
+        memory = parse_memory(body.gpu_memory, field="gpu_memory") if body.gpu_memory else None
+    except InvalidValue as exc:
+        raise Invalid(exc.message) from None
+    detail = ResizeService(svc.cp).resize(act, job_id, milli=milli, memory_mib=memory)
+    return job_view(detail.job, detail)
 
 
 @router.post("/{job_id}/hold", response_model=JobView)
