@@ -71,6 +71,13 @@ CASES = [
     Case("POST", "/v1/jobs/{job_id}/hold", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/release", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/requeue", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
+    Case(
+        "POST",
+        "/v1/jobs/{job_id}/resize",
+        "ok ok ok ok 403 403",
+        "ok ok 404 404 404 403",
+        lambda t: {"gpu_memory": "1GiB"},  # a pending job: 409 for the roles that may
+    ),
     Case("POST", "/v1/agent/register", "403 403 403 403 403 ok", None, lambda t: AGENT_REG),
     Case(
         "POST",
