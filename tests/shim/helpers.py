@@ -87,6 +87,11 @@ class Probe:
         assert self.proc.stdout is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+        return self.answer(line)
+
+    def answer(self, line: str) -> list[str]:
+        """The words of the next answer, to ``line`` sent before (by :meth:`do` or directly)."""
+        assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], DEADLINE_S)
         assert ready, f"probe gave no answer to {line!r} in {DEADLINE_S} s"
         answer = self.proc.stdout.readline().split()
@@ -94,7 +99,9 @@ class Probe:
         return answer
 
     def ok(self, line: str) -> list[str]:
-        answer = self.do(line)
+        return self.ok_answer(line, self.do(line))
+
+    def ok_answer(self, line: str, answer: list[str]) -> list[str]:
         assert answer[0] == "ok", f"{line!r} -> {answer}; stderr: {self.stderr_so_far()}"
         return answer[1:]
 

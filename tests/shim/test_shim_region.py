@@ -96,6 +96,25 @@ def test_a_process_that_execs_starts_with_a_clean_slot(natives, make_region, pro
     assert snap.attached_pids == (p.pid,)
 
 
+def test_a_process_that_execs_with_its_next_command_already_sent_starts_with_a_clean_slot(
+    natives, make_region, probes
+):
+    """On a loaded machine the command after exec can already wait in the pipe when the old
+    image reads "exec": the new image must still get it (a stdio read-ahead that exec throws away
+    would leave it waiting for ever)."""
+    region = make_region(limit=10 * MIB)
+    p = start(natives, shim_env(natives, region), probes)
+    p.ok(f"alloc {8 * MIB}")
+    assert p.proc.stdin is not None
+    p.proc.stdin.write("exec\ninit\n")  # one write: both lines are in the pipe before it reads
+    p.proc.stdin.flush()
+    p.ok_answer("init", p.answer("init"))  # exec itself gives no answer
+    p.ok(f"alloc {8 * MIB}")
+    snap = region.read()
+    assert snap.device(GPU0).used_bytes == 8 * MIB
+    assert snap.attached_pids == (p.pid,)
+
+
 def test_threads_allocating_at_once_never_pass_the_limit(natives, make_region, probes):
     region = make_region(limit=10 * MIB)
     p = start(natives, shim_env(natives, region), probes)

@@ -137,6 +137,10 @@ static void use_device(int n) {
 }
 
 int main(int argc, char **argv) {
+    /* stdin unbuffered: stdio reads it a byte at a time, so no command past the current line is
+     * taken from the pipe. A buffered read could take the line after "exec" too, and exec would
+     * throw it away with the buffer: the new image would wait for it for ever. */
+    setvbuf(stdin, NULL, _IONBF, 0);
     const char *mode = argc > 1 ? argv[1] : "default";
     mode_dlsym = strcmp(mode, "dlsym") == 0;
     flags = strcmp(mode, "ptsz") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
@@ -297,7 +301,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "sync")) {
             rc = p_sync();
             if (rc) printf("err %d\n", rc); else printf("ok\n");
-        } else if (!strcmp(cmd, "exec")) { /* the same program anew, same pid and pipes */
+        } else if (!strcmp(cmd, "exec")) { /* the same program anew, same pid and pipes; what
+                                             * was sent after "exec" is still in the pipe */
             fflush(stdout);
             execv("/proc/self/exe", argv);
             printf("err exec\n");
