@@ -13,6 +13,7 @@ the threshold (not on every sample); the metric ``gpupool_alerts`` shows alerts 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -61,6 +62,20 @@ WIRE_STOP_REASON: dict[str, StopReason] = {
 
 #: Isolation modes a job's record may say it got (anything else is not recorded).
 _ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim")
+
+
+def _kill_at_once(assignment_ids: Iterable[str], epoch: int) -> list[StopOrder]:
+    """Stop orders for replicas that must not run a moment longer (SIGKILL, no grace)."""
+    return [
+        StopOrder(
+            assignment_id=aid,
+            epoch=epoch,
+            reason=StopReason.CANCEL,
+            signal="SIGKILL",
+            grace_period_s=0.0,
+        )
+        for aid in assignment_ids
+    ]
 
 
 def _alert(s: Session, now: float, kind: str, subject: str, message: str) -> None:
@@ -264,16 +279,7 @@ def _stale_agent(req: HeartbeatRequest, epoch: int, interval_s: float) -> Heartb
         for r in req.replicas
         if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
     ]
-    stop = [
-        StopOrder(
-            assignment_id=aid,
-            epoch=epoch,
-            reason=StopReason.CANCEL,
-            signal="SIGKILL",
-            grace_period_s=0.0,
-        )
-        for aid in alive
-    ]
+    stop = _kill_at_once(alive, epoch)
     return HeartbeatResponse(
         epoch=epoch, heartbeat_interval_s=interval_s, stop=stop, registered=bool(alive)
     )
@@ -344,16 +350,7 @@ class HeartbeatService:
             start: list[AssignmentSpec] = []
             # A replica the server already ended (its node was declared down, and the job was
             # failed over) must not keep running beside its replacement: stop it at once.
-            stop = [
-                StopOrder(
-                    assignment_id=aid,
-                    epoch=epoch,
-                    reason=StopReason.CANCEL,
-                    signal="SIGKILL",
-                    grace_period_s=0.0,
-                )
-                for aid in orphans
-            ]
+            stop = _kill_at_once(orphans, epoch)
             for a in live:
                 wire = WIRE_STOP_REASON.get(a.stop_reason or "")
                 if wire is not None and a.state == "dispatched" and a.id not in reported:
