@@ -37,7 +37,7 @@ def test_memory_pressure_stops_the_shim_job_whose_region_holds_the_most(
     # NVML (simulated) says "nvml_big" fills the GPU; its region says it holds 1 GiB. The other
     # holds 6 GiB by its region, next to nothing by NVML. Same priority: the rule stops the one
     # using the most, and only the region knows which that is.
-    jobs = {"nvml_big": ("mem=15000", 1 * GIB), "region_big": ("mem=10", 6 * GIB)}
+    jobs = {"nvml_big": ("mem=15000MiB", 1 * GIB), "region_big": ("mem=10MiB", 6 * GIB)}
     for key, (load, alloc) in jobs.items():
         agent.apply_start(
             assignment(
