@@ -203,13 +203,15 @@ class Burst:
     def _run(self) -> None:
         assert self.pool.api is not None
         http = self.pool.api.http
-        # Never placed (no such GPU here): the burst tests the store, not the agents.
+        # Never placed (no such GPU here, queued anyway): the burst tests the store, not the
+        # agents.
         resources = {"gpus": "1", "gpu_types": ["H100-80GB"]}
         for i in range(self.limit):
             if self._stop.is_set():
                 return
             name = f"burst{i}"
-            body = {"spec": {"name": name, "command": ["true"], "resources": resources}}
+            spec = {"name": name, "command": ["true"], "resources": resources}
+            body = {"spec": spec, "queue_anyway": True}
             try:
                 r = http.post("/v1/jobs", json=body)
             except httpx.HTTPError as exc:
