@@ -66,14 +66,19 @@ STATE_FIELDS = (
 )
 
 
-def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (readers see the old or the new file, never half)."""
+def write_json(path: str | os.PathLike[str], data: dict[str, Any], *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (readers see the old or the new file, never half).
+
+    ``durable``: on disk before the rename (``fsync``), so that it survives a node crash too.
+    A record that a crash makes moot anyway may skip it (an fsync costs 10-20 ms on a busy
+    disk, and the supervisor writes several records per job)."""
     folder, name = os.path.split(os.fspath(path))
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -91,11 +91,16 @@ class Supervisor:
         return os.path.join(self.path, name)
 
     def _write(self, **fields: object) -> None:
+        """Record the state. Only a result (exited, boot failed) is made durable: after a node
+        crash the supervisor is gone and a ``starting`` or ``running`` record means the same
+        as none (the agent reports the replica lost), so those skip the ``fsync``."""
         base = {
             "supervisor_pid": os.getpid(),
             "supervisor_ticks": start_ticks(os.getpid()),
         }
-        jobfiles.write_json(self._file(jobfiles.STATE), jobfiles.state_record({**base, **fields}))
+        record = jobfiles.state_record({**base, **fields})
+        durable = record["status"] in (EXITED, BOOT_FAILED)
+        jobfiles.write_json(self._file(jobfiles.STATE), record, durable=durable)
 
     def _read_stop(self) -> tuple[str, str, float] | None:
         """The agent's stop request (reason, signal name, grace in s), or ``None``."""
