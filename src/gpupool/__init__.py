@@ -8,11 +8,15 @@ See ``docs/architecture.md`` for the map of the package.
 
 ``gpupool.Client``, ``gpupool.allocate`` and ``gpupool.load_ipython_extension`` (so that
 ``%load_ext gpupool`` works) are loaded on first use, so ``import gpupool.domain`` stays light.
+Nor does this module import ``typing``: every job's supervisor imports the package in a fresh
+interpreter (see :mod:`gpupool.agent.jobfiles`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # only mypy reads what this guards
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

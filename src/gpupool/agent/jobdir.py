@@ -14,42 +14,42 @@ without the other losing anything. Every write is atomic (write a temporary file
 - ``stdout.log``, ``stderr.log`` (supervisor): the job's output, capped at ``log_cap_bytes``.
 
 ``status`` is ``starting`` (supervisor up, job not yet), ``running``, ``boot_failed`` (could not
-start the program; ``reason`` says why) or ``exited``. This module uses only the standard
-library: the supervisor imports it and must start fast.
+start the program; ``reason`` says why) or ``exited``. This module is the agent's typed view
+of the folder; the names, defaults and JSON helpers are in :mod:`gpupool.agent.jobfiles`, which
+the supervisor imports instead of this module so that it starts fast.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-STARTING = "starting"
-RUNNING = "running"
-BOOT_FAILED = "boot_failed"
-EXITED = "exited"
+from gpupool.agent import jobfiles
+from gpupool.agent.jobfiles import (
+    BOOT_FAILED,
+    DEFAULT_GRACE_S,
+    DEFAULT_LOG_CAP_BYTES,
+    DEFAULT_STOP_SIGNAL,
+    EXITED,
+    RUNNING,
+    STARTING,
+    read_json,
+    write_json,
+)
 
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (readers see the old or the new file, never half)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or ``None`` when it is missing or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+__all__ = [
+    "BOOT_FAILED",
+    "EXITED",
+    "RUNNING",
+    "STARTING",
+    "JobDir",
+    "LaunchSpec",
+    "ProcessState",
+    "StopRequest",
+    "read_json",
+    "write_json",
+]
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class LaunchSpec:
     env: dict[str, str]
     cwd: str
     time_limit_s: float | None = None
-    stop_signal: str = "SIGTERM"
-    grace_s: float = 30.0
-    log_cap_bytes: int = 64 * 1024 * 1024
+    stop_signal: str = DEFAULT_STOP_SIGNAL
+    grace_s: float = DEFAULT_GRACE_S
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
     uid: int | None = None  # run as this account (``None``: the supervisor's own)
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
@@ -79,8 +79,8 @@ class LaunchSpec:
 @dataclass(frozen=True)
 class StopRequest:
     reason: str
-    signal: str = "SIGTERM"
-    grace_s: float = 30.0
+    signal: str = DEFAULT_STOP_SIGNAL
+    grace_s: float = DEFAULT_GRACE_S
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,12 @@ class JobDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.assignment = path / "assignment.json"
-        self.launch = path / "launch.json"
-        self.state = path / "state.json"
-        self.stop = path / "stop.json"
-        self.stdout = path / "stdout.log"
-        self.stderr = path / "stderr.log"
+        self.assignment = path / jobfiles.ASSIGNMENT
+        self.launch = path / jobfiles.LAUNCH
+        self.state = path / jobfiles.STATE
+        self.stop = path / jobfiles.STOP
+        self.stdout = path / jobfiles.STDOUT
+        self.stderr = path / jobfiles.STDERR
 
     @property
     def key(self) -> str:
@@ -136,13 +136,7 @@ class JobDir:
 
     def read_stop(self) -> StopRequest | None:
         data = read_json(self.stop)
-        if data is None:
-            return None
-        return StopRequest(
-            reason=str(data.get("reason", "cancel")),
-            signal=str(data.get("signal", "SIGTERM")),
-            grace_s=float(data.get("grace_s", 30.0)),
-        )
+        return StopRequest(*jobfiles.stop_record(data)) if data is not None else None
 
     def write_stop(self, request: StopRequest) -> None:
         write_json(self.stop, asdict(request))

@@ -15,6 +15,11 @@ being restarted or killed. The supervisor:
 
 The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
 itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
+
+Every job start pays for this interpreter's start-up, so the module imports only what it
+uses: the file format through :mod:`gpupool.agent.jobfiles` (dicts and ``str`` paths, no
+``pathlib``, ``dataclasses`` or ``typing``) and the real clock from
+:mod:`gpupool.domain.clocks`. ``tests/agent/test_supervisor_startup.py`` checks the list.
 """
 
 from __future__ import annotations
@@ -25,25 +30,18 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
-from typing import IO, Any
 
-from gpupool.agent.jobdir import (
-    BOOT_FAILED,
-    EXITED,
-    RUNNING,
-    STARTING,
-    JobDir,
-    LaunchSpec,
-    ProcessState,
-    StopRequest,
-    read_json,
-)
-from gpupool.control.clock import SystemClock
+from gpupool.agent import jobfiles
+from gpupool.agent.jobfiles import BOOT_FAILED, EXITED, RUNNING, STARTING, read_json
+from gpupool.domain.clocks import SystemClock
 from gpupool.runtime.procs import start_ticks
 
+TYPE_CHECKING = False  # ``typing`` costs start-up time: only mypy reads this
+if TYPE_CHECKING:
+    from typing import IO, Any
 
-def _pump(source: IO[bytes], path: Path, cap: int) -> None:
+
+def _pump(source: IO[bytes], path: str, cap: int) -> None:
     """Copy ``source`` into ``path`` until EOF, keeping at most ``cap`` bytes of it.
 
     Past the cap the rest is read and discarded (the job never blocks on a full pipe), and at
@@ -61,8 +59,9 @@ def _pump(source: IO[bytes], path: Path, cap: int) -> None:
                 written += min(len(chunk), room)
             discarded += max(0, len(chunk) - room)
         if discarded:
+            stream = os.path.splitext(os.path.basename(path))[0]  # stdout or stderr
             out.write(
-                f"\n[gpupool: {path.stem} reached its cap of {cap} bytes (the agent's --log-cap); "
+                f"\n[gpupool: {stream} reached its cap of {cap} bytes (the agent's --log-cap); "
                 f"the {discarded} bytes written after byte {cap} were discarded]\n".encode()
             )
 
@@ -80,34 +79,53 @@ def _killpg(pgid: int, signum: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, jobdir: JobDir) -> None:
-        self.jobdir = jobdir
+    """Runs the program of the job folder ``path`` once (see the module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.clock = SystemClock()
         self.wake = threading.Event()
         self.terminate_requested = False
 
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
     def _write(self, **fields: object) -> None:
+        """Record the state. Only a result (exited, boot failed) is made durable: after a node
+        crash the supervisor is gone and a ``starting`` or ``running`` record means the same
+        as none (the agent reports the replica lost), so those skip the ``fsync``."""
         base = {
             "supervisor_pid": os.getpid(),
             "supervisor_ticks": start_ticks(os.getpid()),
         }
-        self.jobdir.write_state(ProcessState.from_json({**base, **fields}))
+        record = jobfiles.state_record({**base, **fields})
+        durable = record["status"] in (EXITED, BOOT_FAILED)
+        jobfiles.write_json(self._file(jobfiles.STATE), record, durable=durable)
+
+    def _read_stop(self) -> tuple[str, str, float] | None:
+        """The agent's stop request (reason, signal name, grace in s), or ``None``."""
+        data = read_json(self._file(jobfiles.STOP))
+        return jobfiles.stop_record(data) if data is not None else None
 
     def run(self) -> int:
-        data = read_json(self.jobdir.launch)
+        data = read_json(self._file(jobfiles.LAUNCH))
         if data is None:
             self._write(status=BOOT_FAILED, reason="launch.json is missing or unreadable")
             return 1
-        spec = LaunchSpec.from_json(data)
+        try:
+            spec = jobfiles.launch_record(data)
+        except ValueError as exc:
+            self._write(status=BOOT_FAILED, reason=str(exc), ended_at=self.clock.now())
+            return 1
         signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._write(status=STARTING)
-        early = self.jobdir.read_stop()
+        early = self._read_stop()
         if early is not None:  # stopped before it started: never start it
             self._write(
                 status=EXITED,
-                stop_reason=early.reason,
+                stop_reason=early[0],
                 ended_at=self.clock.now(),
                 reason="stopped before its program started",
             )
@@ -115,12 +133,16 @@ class Supervisor:
         started_at = self.clock.now()
         try:
             account: dict[str, Any] = {}
-            if spec.uid is not None:  # the job's own account; groups first, then gid, uid
-                account = {"user": spec.uid, "group": spec.gid, "extra_groups": spec.groups}
+            if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
+                account = {
+                    "user": spec["uid"],
+                    "group": spec["gid"],
+                    "extra_groups": spec["groups"],
+                }
             proc = subprocess.Popen(
-                spec.argv,
-                cwd=spec.cwd,
-                env=spec.env,
+                spec["argv"],
+                cwd=spec["cwd"],
+                env=spec["env"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -129,12 +151,12 @@ class Supervisor:
                 **account,
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
-            what = spec.argv[0] if spec.argv else "(empty command)"
+            what = spec["argv"][0] if spec["argv"] else "(empty command)"
             hint = "check the program name and PATH" if isinstance(exc, FileNotFoundError) else ""
             why = exc.strerror if isinstance(exc, OSError) else None
             self._write(
                 status=BOOT_FAILED,
-                reason=f"cannot start {what!r} in {spec.cwd}: {why or exc}"
+                reason=f"cannot start {what!r} in {spec['cwd']}: {why or exc}"
                 + (f" ({hint})" if hint else ""),
                 ended_at=self.clock.now(),
             )
@@ -143,8 +165,10 @@ class Supervisor:
         assert proc.stdout is not None
         assert proc.stderr is not None
         pumps = [
-            threading.Thread(target=_pump, args=(s, p, spec.log_cap_bytes), daemon=True)
-            for s, p in ((proc.stdout, self.jobdir.stdout), (proc.stderr, self.jobdir.stderr))
+            threading.Thread(
+                target=_pump, args=(s, self._file(p), spec["log_cap_bytes"]), daemon=True
+            )
+            for s, p in ((proc.stdout, jobfiles.STDOUT), (proc.stderr, jobfiles.STDERR))
         ]
         for t in pumps:
             t.start()
@@ -175,10 +199,13 @@ class Supervisor:
         self.terminate_requested = True
         self.wake.set()
 
-    def _supervise(self, proc: subprocess.Popen[bytes], spec: LaunchSpec) -> tuple[str | None, str]:
+    def _supervise(
+        self, proc: subprocess.Popen[bytes], spec: dict[str, Any]
+    ) -> tuple[str | None, str]:
         """Wait for the job; returns (stop reason, "killed" if SIGKILL was needed else "")."""
         mono = self.clock.monotonic
-        limit_at = mono() + spec.time_limit_s if spec.time_limit_s is not None else None
+        limit = spec["time_limit_s"]
+        limit_at = mono() + limit if limit is not None else None
         stop_reason: str | None = None
         kill_deadline: float | None = None
         killed = ""
@@ -190,15 +217,15 @@ class Supervisor:
             if proc.poll() is not None:
                 break
             if stop_reason is None:
-                request: StopRequest | None = self.jobdir.read_stop()
+                request = self._read_stop()
                 if request is None and self.terminate_requested:
-                    request = StopRequest("cancel", spec.stop_signal, spec.grace_s)
+                    request = ("cancel", spec["stop_signal"], spec["grace_s"])
                 if request is None and limit_at is not None and mono() >= limit_at:
-                    request = StopRequest("timeout", spec.stop_signal, spec.grace_s)
+                    request = ("timeout", spec["stop_signal"], spec["grace_s"])
                 if request is not None:
-                    stop_reason = request.reason
-                    _killpg(proc.pid, _signal_number(request.signal))
-                    kill_deadline = mono() + max(0.0, request.grace_s)
+                    stop_reason, signal_name, grace_s = request
+                    _killpg(proc.pid, _signal_number(signal_name))
+                    kill_deadline = mono() + max(0.0, grace_s)
                     limit_at = None
                     continue
             if kill_deadline is not None and mono() >= kill_deadline:
@@ -213,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m gpupool.agent.supervisor JOBDIR", file=sys.stderr)
         return 2
-    return Supervisor(JobDir(Path(args[0]))).run()
+    return Supervisor(args[0]).run()
 
 
 if __name__ == "__main__":

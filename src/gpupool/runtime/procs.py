@@ -8,14 +8,20 @@ module maps those pids back to jobs.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-_PROC = Path("/proc")
+#: A ``str``, not a ``pathlib.Path``: every job's supervisor imports this module at start-up,
+#: and ``pathlib`` (with ``fnmatch``, ``re`` and ``urllib``) would cost it a few ms.
+_PROC = "/proc"
+
+
+def _read(pid: int, name: str) -> bytes:
+    with open(os.path.join(_PROC, str(pid), name), "rb") as f:
+        return f.read()
 
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        text = _read(pid, "stat").decode(errors="replace")
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may contain spaces: split after it.
@@ -54,7 +60,7 @@ def is_alive(pid: int, ticks: int | None = None) -> bool:
 def rss_mib(pid: int) -> float | None:
     """Resident memory of ``pid`` in MiB (from ``/proc/<pid>/status``)."""
     try:
-        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+        for line in _read(pid, "status").decode(errors="replace").splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except OSError:
@@ -64,7 +70,7 @@ def rss_mib(pid: int) -> float | None:
 
 def _pids() -> list[int]:
     try:
-        return [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
+        return [int(name) for name in os.listdir(_PROC) if name.isdigit()]
     except OSError:
         return []
 
@@ -103,7 +109,7 @@ def marked(name: str, value: str) -> list[int]:
     found = []
     for pid in _pids():
         try:
-            environ = (_PROC / str(pid) / "environ").read_bytes()
+            environ = _read(pid, "environ")
         except OSError:
             continue
         if needle in environ.split(b"\0"):
