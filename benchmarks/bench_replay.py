@@ -25,7 +25,7 @@ import resource
 import sys
 from pathlib import Path
 
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision
 from gpupool.scheduling.scheduler import schedule

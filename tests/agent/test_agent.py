@@ -13,7 +13,7 @@ import pytest
 
 from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.transport import ServerUnavailable
-from gpupool.control.clock import ManualClock, SystemClock
+from gpupool.control.machinery.clock import ManualClock, SystemClock
 from gpupool.gpu.simulated import SimulatedBackend
 from gpupool.schemas.agent import (
     ArrayInfo,

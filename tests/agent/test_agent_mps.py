@@ -18,7 +18,7 @@ import pytest
 
 from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.runas import SUBMITTER
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 from gpupool.gpu.nvml import NvmlBackend
 from gpupool.schemas.agent import ReplicaState
 from tests.agent.fake_mps import commands, install, kill_servers, server_pid

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent.agent import Agent, AgentConfig
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 from gpupool.gpu.nvml import NvmlBackend
 from gpupool.schemas.agent import AssignmentSpec, HeartbeatResponse, ReplicaState, StopReason
 from tests.agent.fake_nvml import GIB, MIB, FakeGpu, FakeNvml

@@ -18,7 +18,7 @@ import pytest
 
 from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.runas import SUBMITTER, NoAccount, account_for, check_mode
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 from gpupool.domain.errors import GpupoolError
 from gpupool.gpu.simulated import SimulatedBackend
 from gpupool.schemas.agent import ReplicaState

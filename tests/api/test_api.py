@@ -8,9 +8,9 @@ import hashlib
 import pytest
 from sqlalchemy import func, select
 
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.store.models import AuditModel, JobModel, TokenModel
 from tests.api.helpers import Api, make_api
 from tests.control.builders import register
@@ -172,7 +172,7 @@ def test_readyz_reports_the_database(api: Api) -> None:
 
 def test_the_event_stream_sends_job_changes_the_caller_may_see(api: Api, cp: ControlPlane) -> None:
     from gpupool.api.routers.events import poll_events, stream_cursor
-    from gpupool.control.auth import Principal
+    from gpupool.control.services.auth import Principal
     from gpupool.domain.users import Role
 
     cursor = stream_cursor(cp)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from gpupool.control.auth import Actor, Principal
 from gpupool.control.context import ControlPlane
-from gpupool.control.logs import LogService
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.auth import Actor, Principal
+from gpupool.control.services.logs import LogService
 from gpupool.domain.users import Role
 from gpupool.schemas.agent import LogChunkRequest, LogStream
 from gpupool.store.models import AssignmentModel
@@ -127,7 +127,7 @@ def _sdk(api: Api, token: str) -> Any:
 def test_the_sdk_reads_exact_bytes_across_pages_cut_inside_characters(
     api: Api, cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gpupool.control.logs as logs_module
+    import gpupool.control.services.logs as logs_module
 
     job_id, aid = _running(api, cp)
     text = "caf\u00e9 \u65e5\u672c\n\U0001f680 end"

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from gpupool.api.app import create_app
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.uploads import UploadService
 from gpupool.control.settings import ServerSettings
-from gpupool.control.uploads import UploadService
 from gpupool.store.models import AuditModel, JobModel, UploadModel
 from tests.api.helpers import Api, make_api
 from tests.control.builders import register

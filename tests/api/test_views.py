@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.schemas.agent import DeviceTelemetry
 from tests.api.helpers import Api, make_api
 from tests.control.builders import heartbeat, register
@@ -90,7 +90,7 @@ def test_device_views_carry_the_latest_telemetry_or_none_when_unknown(
 
 
 def test_fair_share_standing_follows_the_schedulers_factor() -> None:
-    from gpupool.control.tenants import standings
+    from gpupool.control.services.tenants import standings
 
     got = standings({"red": 1.0, "blue": 1.0}, {"red": 3000.0, "blue": 1000.0})
     assert got["red"].factor == pytest.approx(2.0**-1.5)

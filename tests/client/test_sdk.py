@@ -148,7 +148,7 @@ def job_json(state: str) -> dict[str, Any]:
 
 def test_wait_follows_a_requeue_and_times_out_on_a_manual_clock(tmp_path: Path) -> None:
     from gpupool.client.errors import WaitTimeout
-    from gpupool.control.clock import ManualClock
+    from gpupool.control.machinery.clock import ManualClock
 
     states = iter(["RUNNING", "PREEMPTED", "PREEMPTED", "REQUEUED", "PENDING", "COMPLETED"])
     gp = Client(
@@ -201,7 +201,7 @@ def _log_server(job: dict[str, Any], log: bytes, states: list[str]) -> Any:
 
 
 def test_logs_follow_the_server_by_offset_until_the_job_ends(tmp_path: Path) -> None:
-    from gpupool.control.clock import ManualClock
+    from gpupool.control.machinery.clock import ManualClock
 
     server = _log_server(job_json("RUNNING"), b"one\ntwo\nthree", ["RUNNING"] * 3 + ["COMPLETED"])
     gp = Client(
@@ -222,7 +222,7 @@ def test_logs_of_an_ended_job_are_read_to_the_end_at_once(tmp_path: Path) -> Non
 
 
 def test_submit_retries_a_lost_connection_with_the_same_idempotency_key(tmp_path: Path) -> None:
-    from gpupool.control.clock import ManualClock
+    from gpupool.control.machinery.clock import ManualClock
 
     keys: list[str] = []
 

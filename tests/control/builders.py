@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.control.auth import Actor, Principal
 from gpupool.control.context import ControlPlane
-from gpupool.control.heartbeat import HeartbeatService
-from gpupool.control.jobs import JobService
-from gpupool.control.nodes import NodeService
+from gpupool.control.services.auth import Actor, Principal
+from gpupool.control.services.heartbeat import HeartbeatService
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.nodes import NodeService
 from gpupool.domain.jobs import Job
 from gpupool.domain.users import Role
 from gpupool.schemas.agent import (

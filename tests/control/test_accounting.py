@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from gpupool.control.accounting import AccountingService
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.pools import PoolService
-from gpupool.control.telemetry import read_sample
-from gpupool.control.tenants import TenantService
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.accounting import AccountingService
+from gpupool.control.services.pools import PoolService
+from gpupool.control.services.telemetry import read_sample
+from gpupool.control.services.tenants import TenantService
 from gpupool.domain.pools import Pool
 from gpupool.domain.tenants import Tenant
 from gpupool.domain.users import Role

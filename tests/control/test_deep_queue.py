@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import event
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.jobs import JobFilter, JobService
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.snapshot import build_snapshot
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.machinery.snapshot import build_snapshot
+from gpupool.control.services.jobs import JobFilter, JobService
 from gpupool.domain.states import JobState
 from tests.control.builders import ADMIN, register, submit
 

@@ -8,10 +8,10 @@ import math
 import pytest
 from sqlalchemy import update
 
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.tenants import TenantService
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.tenants import TenantService
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.tenants import Tenant, check_fair_share, stored_fair_share
 from gpupool.store.models import TenantModel

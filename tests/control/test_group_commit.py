@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from gpupool.control.auth import PrincipalCache, authenticate
-from gpupool.control.batching import GroupCommit
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid, Unauthorized
-from gpupool.control.jobs import JobService
-from gpupool.control.pools import PoolService
-from gpupool.control.tenants import TenantService
-from gpupool.control.users import UserService
+from gpupool.control.machinery.batching import GroupCommit
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.services.auth import PrincipalCache, authenticate
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.pools import PoolService
+from gpupool.control.services.tenants import TenantService
+from gpupool.control.services.users import UserService
 from gpupool.domain.jobs import Job
 from gpupool.domain.pools import Pool
 from gpupool.domain.tenants import Tenant

@@ -7,11 +7,11 @@ from unittest import mock
 
 import pytest
 
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
-from gpupool.control.jobs import JobService
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.jobs import JobService
 from gpupool.domain.states import JobState
 from tests.control.builders import ADMIN, heartbeat, register, running, submit
 

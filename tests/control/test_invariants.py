@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from gpupool.control.bootstrap import bootstrap
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict
-from gpupool.control.jobs import JobService
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.jobs import JobService
 from gpupool.control.settings import ServerSettings
 from gpupool.store.models import AssignmentModel, SliceModel
 from tests.control.builders import ADMIN, exited, heartbeat, register, running, submit

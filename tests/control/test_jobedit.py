@@ -1,4 +1,4 @@
-"""Changing a pending job's spec (gpupool.control.jobedit): what may change, and the errors."""
+"""Changing a pending job's spec (control/services/jobedit.py): what may change, the errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpupool.control.errors import Invalid
-from gpupool.control.jobedit import updated_spec
+from gpupool.control.services.jobedit import updated_spec
 from gpupool.domain.jobspec import build_spec
 
 SPEC = build_spec(

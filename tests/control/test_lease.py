@@ -1,4 +1,4 @@
-"""The scheduling lease (control/leader.py) on SQLite and PostgreSQL, with a manual clock: it
+"""The scheduling lease (machinery/leader.py) on SQLite and PostgreSQL, with a manual clock: it
 expires unless renewed, a standby takes an expired one with a new epoch, and a leader whose
 lease passed while it held a decision commits nothing and steps down."""
 
@@ -11,11 +11,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from gpupool.control.bootstrap import bootstrap
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader
-from gpupool.control.leader import Leadership
-from gpupool.control.loop import SchedulingLoop, default_schedule
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.leader import Leadership
+from gpupool.control.machinery.loop import SchedulingLoop, default_schedule
 from gpupool.control.settings import ServerSettings
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision

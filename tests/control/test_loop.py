@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader
-from gpupool.control.jobs import JobService
-from gpupool.control.leader import Leadership
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.leader import Leadership
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.jobs import JobService
 from gpupool.domain.states import JobState
 from gpupool.scheduling.decision import Decision, ReplicaStart, Start
 from gpupool.store.models import AssignmentModel, LeaderModel, SliceModel

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict
-from gpupool.control.heartbeat import HeartbeatService
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.nodes import NodeService
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.heartbeat import HeartbeatService
+from gpupool.control.services.nodes import NodeService
 from gpupool.schemas.agent import DeviceInfo, HeartbeatRequest, HeartbeatResponse, RegisterRequest
 from tests.control.builders import ADMIN, AGENT, heartbeat, register, running, submit
 

@@ -7,9 +7,9 @@ import asyncio
 import threading
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.jobs import JobService
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.orders import OrderBoard
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.machinery.orders import OrderBoard
+from gpupool.control.services.jobs import JobService
 from tests.control.builders import ADMIN, register, submit
 
 

@@ -1,13 +1,13 @@
 """Refused calls in the audit log: the first rows of each window, then one row that counts
-the rest (see ``control/audit.py``), on SQLite and PostgreSQL."""
+the rest (see ``control/services/audit.py``), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpupool.control.audit import MORE_ACTION, RefusedCalls
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.services.audit import MORE_ACTION, RefusedCalls
 from gpupool.store.models import AuditModel
 
 

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid
-from gpupool.control.jobs import JobService
-from gpupool.control.nodes import NodeService
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.nodes import NodeService
 from gpupool.store.models import AuditModel, JobModel, NodeModel
 from tests.control.builders import ADMIN, register, submit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.control.clock import Clock, ManualClock, SystemClock
+from gpupool.control.machinery.clock import Clock, ManualClock, SystemClock
 
 
 def test_manual_clock_moves_only_when_told() -> None:

@@ -1,7 +1,7 @@
 """End to end: two ``gpupool server`` processes on one store (SQLite and PostgreSQL), the leader
 frozen with SIGSTOP past its lease. The standby must take over and start a job submitted while
 the leader is frozen; the old leader, resumed with SIGCONT, must commit nothing and become a
-standby (fenced by the epoch, see control/leader.py)."""
+standby (fenced by the epoch, see control/machinery/leader.py)."""
 
 from __future__ import annotations
 

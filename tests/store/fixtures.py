@@ -20,8 +20,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from gpupool.control.bootstrap import bootstrap
-from gpupool.control.clock import ManualClock
 from gpupool.control.context import ControlPlane
+from gpupool.control.machinery.clock import ManualClock
 from gpupool.control.settings import ServerSettings
 from gpupool.store.db import make_engine
 from gpupool.store.models import Base, DeviceModel, SliceModel

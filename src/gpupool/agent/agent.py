@@ -65,7 +65,7 @@ from gpupool.agent.transport import (
 )
 from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack, remove_copy
 from gpupool.agent.usage import newest_mtime
-from gpupool.control.clock import Clock
+from gpupool.control.machinery.clock import Clock
 from gpupool.gpu.base import GpuBackend, SyntheticLoad, Telemetry, Workload
 from gpupool.gpu.context import ContextReserves
 from gpupool.gpu.health import HealthTracker

@@ -40,7 +40,7 @@ from gpupool.agent.usage import (
     usage_by_replica,
     with_device_totals,
 )
-from gpupool.control.clock import Clock
+from gpupool.control.machinery.clock import Clock
 from gpupool.domain.nodes import DeviceHealth
 from gpupool.gpu.base import Telemetry
 from gpupool.gpu.health import HealthVerdict

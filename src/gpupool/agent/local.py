@@ -23,7 +23,7 @@ from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.node import default_node_name
 from gpupool.agent.runas import AGENT, check_mode, protect_state
 from gpupool.agent.transport import AgentRejected, HttpTransport
-from gpupool.control.clock import Clock, SystemClock
+from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.domain.errors import GpupoolError
 from gpupool.gpu import open_backend
 

@@ -2,7 +2,7 @@
 
 Words:
 
-- **archive**: a gzip'd tar a user uploaded (see :mod:`gpupool.control.uploads`).
+- **archive**: a gzip'd tar a user uploaded (see :mod:`gpupool.control.services.uploads`).
 - **target**: the job's folder on this node; every member must land inside it.
 - **refused archive**: one with a member that is absolute, climbs out with ``..``, is a
   symlink or hardlink pointing outside the target, a device file or a fifo, or whose members

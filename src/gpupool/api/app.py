@@ -43,13 +43,13 @@ from gpupool.api.routers import (
     usage,
     users,
 )
-from gpupool.control.auth import require
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
-from gpupool.control.loop import SchedulingLoop
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.auth import require
+from gpupool.control.services.telemetry import read_sample
 from gpupool.control.settings import ServerSettings
-from gpupool.control.telemetry import read_sample
 from gpupool.domain.users import Permission
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY

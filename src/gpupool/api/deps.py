@@ -17,19 +17,19 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.control.accounting import AccountingService
-from gpupool.control.audit import RefusedCalls
-from gpupool.control.auth import Actor, Principal, authenticate
 from gpupool.control.context import ControlPlane
-from gpupool.control.heartbeat import HeartbeatService
-from gpupool.control.jobs import JobService
-from gpupool.control.logs import LogService
-from gpupool.control.loop import SchedulingLoop
-from gpupool.control.nodes import NodeService
-from gpupool.control.pools import PoolService
-from gpupool.control.tenants import TenantService
-from gpupool.control.uploads import UploadService
-from gpupool.control.users import UserService
+from gpupool.control.machinery.loop import SchedulingLoop
+from gpupool.control.services.accounting import AccountingService
+from gpupool.control.services.audit import RefusedCalls
+from gpupool.control.services.auth import Actor, Principal, authenticate
+from gpupool.control.services.heartbeat import HeartbeatService
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.logs import LogService
+from gpupool.control.services.nodes import NodeService
+from gpupool.control.services.pools import PoolService
+from gpupool.control.services.tenants import TenantService
+from gpupool.control.services.uploads import UploadService
+from gpupool.control.services.users import UserService
 from gpupool.domain.bounds import EPOCH_S
 
 #: A time in a query string: epoch seconds, finite, from 1970 to the year 9999 (``1e999`` and

@@ -3,7 +3,7 @@
 Every service error maps to its status with its message as ``detail``; request validation
 errors list each bad field. A mutating call (POST, PUT, PATCH, DELETE) that fails is written
 to the audit log here, in its own transaction, rate-limited per caller by
-:class:`~gpupool.control.audit.RefusedCalls`; successful ones were written by the service.
+:class:`~gpupool.control.services.audit.RefusedCalls`; successful ones were written by the service.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpupool.control.auth import Actor
 from gpupool.control.errors import ServiceError, Unavailable
+from gpupool.control.services.auth import Actor
 from gpupool.schemas.common import FieldProblem, Problem
 
 log = logging.getLogger("gpupool.api")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpupool.control.accounting import UsageLine
-from gpupool.control.jobs import JobDetail
-from gpupool.control.nodes import DeviceSample, DeviceSlice
-from gpupool.control.nodes import NodeView as NodeInfo
-from gpupool.control.tenants import Standing
-from gpupool.control.users import IssuedToken, TokenInfo
+from gpupool.control.services.accounting import UsageLine
+from gpupool.control.services.jobs import JobDetail
+from gpupool.control.services.nodes import DeviceSample, DeviceSlice
+from gpupool.control.services.nodes import NodeView as NodeInfo
+from gpupool.control.services.tenants import Standing
+from gpupool.control.services.users import IssuedToken, TokenInfo
 from gpupool.domain.jobs import Job
 from gpupool.domain.nodes import Device
 from gpupool.domain.pools import Pool

@@ -23,7 +23,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 from gpupool.domain.tenants import FAIR_SHARE_RANGE
 from gpupool.domain.units import format_gpus, parse_duration, parse_gpus, parse_memory
 

@@ -119,7 +119,7 @@ def run_agent(  # noqa: PLR0917 - typer options
     from gpupool.agent.node import default_node_name
     from gpupool.agent.runas import check_mode, check_token_file, protect_state
     from gpupool.agent.transport import AgentRejected, HttpTransport
-    from gpupool.control.clock import SystemClock
+    from gpupool.control.machinery.clock import SystemClock
     from gpupool.domain.units import mib_to_bytes, parse_memory
     from gpupool.gpu import open_backend
 

@@ -44,11 +44,11 @@ def admin_token(  # noqa: PLR0917 - one typer option per parameter
     """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from gpupool.control import audit
     from gpupool.control.bootstrap import bootstrap
     from gpupool.control.context import ControlPlane
+    from gpupool.control.services import audit
+    from gpupool.control.services.users import insert_token
     from gpupool.control.settings import ServerSettings
-    from gpupool.control.users import insert_token
     from gpupool.domain.users import Role
     from gpupool.store.models import UserModel
 

@@ -16,7 +16,7 @@ import typer
 
 from gpupool.cli import render
 from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, emit, print_json, session
-from gpupool.control.clock import SystemClock
+from gpupool.control.machinery.clock import SystemClock
 
 nodes_app = typer.Typer(name="nodes", no_args_is_help=False, invoke_without_command=True)
 

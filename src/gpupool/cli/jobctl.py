@@ -9,7 +9,7 @@ release | requeue | update``.
 - **requeue**: a job that ended without finishing its work (failed, preempted, its node failed,
   it could not boot) goes back to the queue as pending, keeping its id, spec and history.
 - **update**: a pending job's name, priority class, time limit, expected run time or
-  preemptibility change (see :mod:`gpupool.control.jobedit`).
+  preemptibility change (see :mod:`gpupool.control.services.jobedit`).
 
 hold, release and requeue take several job ids and change them one by one, in the order
 given; the first job that cannot be changed stops the command with its error (exit 3 not found,

@@ -1,4 +1,4 @@
-"""``gpupool resize``: change a running shim job's slice in place (see control/resize.py)."""
+"""``gpupool resize``: change a running shim job's slice in place (control/services/resize.py)."""
 
 from __future__ import annotations
 

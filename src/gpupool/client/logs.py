@@ -1,6 +1,6 @@
 """Reading job logs: the pieces :meth:`gpupool.Client.output` yields and what they mean.
 
-Words (the server's side is in :mod:`gpupool.control.logs`):
+Words (the server's side is in :mod:`gpupool.control.services.logs`):
 
 - **page**: one read of ``GET /v1/jobs/{id}/logs`` (:class:`LogPage`), bytes from a log offset;
 - **piece**: bytes of one stream of one replica as a follower hands them on (:class:`LogPiece`),

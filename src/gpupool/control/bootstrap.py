@@ -12,9 +12,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from gpupool.control import audit
 from gpupool.control.context import ControlPlane
-from gpupool.control.users import insert_token
+from gpupool.control.services import audit
+from gpupool.control.services.users import insert_token
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.domain.users import Role

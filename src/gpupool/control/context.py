@@ -1,6 +1,6 @@
 """The control plane's shared parts: the store, the clock, the settings, the loop's wake-up,
-and the hot path's caches (``principals``: see :mod:`gpupool.control.auth`; ``catalog``: see
-:mod:`gpupool.control.catalog`).
+and the hot path's caches (``principals``: see :mod:`gpupool.control.services.auth`; ``catalog``:
+see :mod:`gpupool.control.services.catalog`).
 
 :class:`ControlPlane` is built once per server process and handed to every service. ``tx()`` is
 the one way services open a transaction; a database that is down surfaces as
@@ -20,11 +20,11 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from gpupool.control.auth import PrincipalCache
-from gpupool.control.catalog import Catalog
-from gpupool.control.clock import Clock, SystemClock
 from gpupool.control.errors import Unavailable
-from gpupool.control.orders import ORDER_NODES, OrderBoard
+from gpupool.control.machinery.clock import Clock, SystemClock
+from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard
+from gpupool.control.services.auth import PrincipalCache
+from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
 from gpupool.store.db import READ_ONLY, is_sqlite, make_engine, session_factory
 from gpupool.store.schema import ensure_schema

@@ -14,8 +14,8 @@ Words:
   quarter-GPU jobs, not two. The CPUs per GPU of a pool are those of its tightest node
   (:func:`cpu_per_gpu_by_pool`), so the default fits on every node of the pool; a pool with
   no GPU node yet counts :data:`FALLBACK_CPU_PER_GPU_MILLI`. A job without a GPU gets one CPU.
-  The scheduler's snapshot applies the rule (``gpupool.control.snapshot``), so it follows the
-  pool as nodes join and leave.
+  The scheduler's snapshot applies the rule (``gpupool.control.machinery.snapshot``), so it follows
+  the pool as nodes join and leave.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A replay is single-threaded; scenarios are independent, so ``workers > 1`` runs them in
 separate processes (the workload and cluster are sent to each). Wall times come from the
-injected clock (:class:`~gpupool.control.clock.SystemClock` by default) and include only the
-replay itself. Progress is reported only in-process (``workers == 1``).
+injected clock (:class:`~gpupool.control.machinery.clock.SystemClock` by default) and include only
+the replay itself. Progress is reported only in-process (``workers == 1``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from gpupool.control.clock import Clock, SystemClock
+from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.sim.replay import ReplayOptions, ReplayResult, replay
 from gpupool.sim.scenarios import Scenario
 from gpupool.sim.workload import SimCluster, Workload

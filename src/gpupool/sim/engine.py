@@ -24,7 +24,7 @@ import enum
 import heapq
 from dataclasses import dataclass
 
-from gpupool.control.clock import ManualClock
+from gpupool.control.machinery.clock import ManualClock
 
 
 class EventKind(enum.IntEnum):
@@ -51,8 +51,8 @@ class Event:
 class EventQueue:
     """Future events, earliest first, and the clock that follows them.
 
-    The clock is a :class:`~gpupool.control.clock.ManualClock`; popping a batch sets it to the
-    batch's time, so code that reads the clock sees simulated time.
+    The clock is a :class:`~gpupool.control.machinery.clock.ManualClock`; popping a batch sets it
+    to the batch's time, so code that reads the clock sees simulated time.
     """
 
     def __init__(self, clock: ManualClock | None = None) -> None:

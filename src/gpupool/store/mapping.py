@@ -154,7 +154,7 @@ def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any
 def apply_job(row: JobModel, job: Job) -> None:
     """Copy every mutable field of ``job`` onto ``row`` (the caller checked the version)."""
     row.name = job.spec.name
-    # Keys kept beside the spec (``workdir_upload``, see gpupool.control.uploads) stay.
+    # Keys kept beside the spec (``workdir_upload``, see gpupool.control.services.uploads) stay.
     row.spec = {**(row.spec or {}), **spec_to_json(job.spec)}
     row.tenant = job.tenant
     row.user = job.user

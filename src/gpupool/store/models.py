@@ -314,7 +314,7 @@ class EventModel(Base):
 
 class LeaderModel(Base):
     """One row (id 1): the scheduling epoch, the server that holds it, and until when its lease
-    runs (``expires``: wall-clock seconds; 0 = free; see control/leader.py)."""
+    runs (``expires``: wall-clock seconds; 0 = free; see control/machinery/leader.py)."""
 
     __tablename__ = "leader"
 

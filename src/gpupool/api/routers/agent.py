@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Act, Svc, Who
-from gpupool.control.auth import require
+from gpupool.control.services.auth import require
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
     HeartbeatRequest,
@@ -34,7 +34,7 @@ def heartbeat(body: HeartbeatRequest, svc: Svc, act: Act) -> HeartbeatResponse:
 
 @router.post("/logs", response_model=LogAck)
 def ship_logs(body: LogChunkRequest, svc: Svc, act: Act) -> LogAck:
-    """New bytes of a replica's stdout or stderr (see :mod:`gpupool.control.logs`)."""
+    """New bytes of a replica's stdout or stderr (see :mod:`gpupool.control.services.logs`)."""
     return svc.logs.append(act, body)
 
 

@@ -18,9 +18,9 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import func, select
 
 from gpupool.api.deps import Svc, Who
-from gpupool.control.auth import Principal, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
+from gpupool.control.services.auth import Principal, require
 from gpupool.domain.users import Permission
 from gpupool.schemas.nodes import ClusterEventView
 from gpupool.store.models import EventModel, JobEventModel, JobModel

@@ -10,10 +10,10 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.deps import Act, OffsetQuery, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
-from gpupool.control.arrays import submit_array
 from gpupool.control.errors import Invalid
-from gpupool.control.jobs import JobFilter
-from gpupool.control.resize import ResizeService
+from gpupool.control.services.arrays import submit_array
+from gpupool.control.services.jobs import JobFilter
+from gpupool.control.services.resize import ResizeService
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobspec import MAX_REPLICAS
 from gpupool.domain.states import JobState

@@ -1,4 +1,4 @@
-"""Job results (see :mod:`gpupool.control.results`): nodes send them, their owners fetch them.
+"""Job results (:mod:`gpupool.control.services.results`): nodes send them, owners fetch them.
 
 ``POST /v1/agent/results/{assignment_id}``: a node's agent sends one replica's results as a
 gzip'd tar body (``Content-Type: application/gzip``), or an empty body with
@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
 from gpupool.api.deps import Act, Svc, Who
-from gpupool.control.results import PROBLEM_HEADER, ResultService
-from gpupool.control.uploads import TooLarge, too_large_message
+from gpupool.control.services.results import PROBLEM_HEADER, ResultService
+from gpupool.control.services.uploads import TooLarge, too_large_message
 
 router = APIRouter(tags=["results"])
 

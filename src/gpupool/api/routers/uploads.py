@@ -1,4 +1,4 @@
-"""``/v1/uploads``: working-directory archives (see :mod:`gpupool.control.uploads`).
+"""``/v1/uploads``: working-directory archives (see :mod:`gpupool.control.services.uploads`).
 
 A client sends a gzip'd tar as the request body (``Content-Type: application/gzip``); a job
 names the answer's ``upload_id`` in its submit's ``workdir_upload``. Node agents fetch it with
@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from gpupool.api.deps import Act, Svc, Who
 from gpupool.control.errors import Invalid
-from gpupool.control.uploads import TooLarge, too_large_message
+from gpupool.control.services.uploads import TooLarge, too_large_message
 from gpupool.schemas.jobs import UploadView
 
 router = APIRouter(tags=["uploads"])

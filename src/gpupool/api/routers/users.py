@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 
 from gpupool.api.deps import Act, EpochQuery, Svc, Who
 from gpupool.api.views import issued_view, token_view, user_view
-from gpupool.control import audit
-from gpupool.control.auth import require
 from gpupool.control.errors import Invalid
+from gpupool.control.services import audit
+from gpupool.control.services.auth import require
 from gpupool.domain.users import PERMISSIONS, Permission, Role
 from gpupool.schemas.admin import (
     AuditView,

@@ -20,12 +20,12 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid
-from gpupool.control.jobs import JobDetail, JobService, load_details
-from gpupool.control.orders import mark
+from gpupool.control.machinery.orders import mark
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor
+from gpupool.control.services.jobs import JobDetail, JobService, load_details
 from gpupool.domain.states import JobState
 from gpupool.domain.units import MILLI_PER_GPU, format_gpus, format_memory
 from gpupool.schemas.agent import ResizeOrder

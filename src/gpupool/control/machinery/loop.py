@@ -32,12 +32,12 @@ from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader, Unavailable
-from gpupool.control.jobstate import move, order_stop, requeue_if_allowed
-from gpupool.control.leader import Leadership, check_epoch
-from gpupool.control.nodes import NodeService
-from gpupool.control.orders import mark
-from gpupool.control.snapshot import PendingRead, SpecCache, build_snapshot
-from gpupool.control.uploads import UploadService
+from gpupool.control.machinery.jobstate import move, order_stop, requeue_if_allowed
+from gpupool.control.machinery.leader import Leadership, check_epoch
+from gpupool.control.machinery.orders import mark
+from gpupool.control.machinery.snapshot import PendingRead, SpecCache, build_snapshot
+from gpupool.control.services.nodes import NodeService
+from gpupool.control.services.uploads import UploadService
 from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
 from gpupool.scheduling.config import SchedulerConfig
@@ -52,9 +52,9 @@ from gpupool.store.models import (
     SliceModel,
 )
 
-log = logging.getLogger("gpupool.control.loop")
+log = logging.getLogger("gpupool.control.machinery.loop")
 
-#: How often the leader deletes uploads past their retention (see control/uploads.py).
+#: How often the leader deletes uploads past their retention (see control/services/uploads.py).
 PRUNE_EVERY_S = 3600.0
 
 ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]

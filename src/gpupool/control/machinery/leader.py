@@ -33,7 +33,7 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader, Unavailable
 from gpupool.store.models import LeaderModel
 
-log = logging.getLogger("gpupool.control.leader")
+log = logging.getLogger("gpupool.control.machinery.leader")
 
 _STORE_ERRORS = (Unavailable, OperationalError, DBAPIError)
 

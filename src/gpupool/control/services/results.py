@@ -22,9 +22,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.store.models import AssignmentModel, JobModel

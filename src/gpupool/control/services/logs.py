@@ -37,9 +37,9 @@ from typing import Any, BinaryIO
 
 from sqlalchemy import select
 
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid, NotFound
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import LogAck, LogChunkRequest, LogStream

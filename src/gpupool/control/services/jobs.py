@@ -20,16 +20,16 @@ from sqlalchemy import Select, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
-from gpupool.control.batching import GroupCommit
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
-from gpupool.control.envelope import envelopes
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
-from gpupool.control.jobedit import updated_spec
-from gpupool.control.jobstate import move, order_stop
-from gpupool.control.uploads import UploadService
+from gpupool.control.machinery.batching import GroupCommit
+from gpupool.control.machinery.jobstate import move, order_stop
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.services.envelope import envelopes
+from gpupool.control.services.jobedit import updated_spec
+from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
@@ -198,11 +198,11 @@ class JobService:
         """Validate and store a job; returns it and whether it was created now.
 
         ``workdir_upload`` names an upload of the job's tenant (see
-        :mod:`gpupool.control.uploads`); it is kept in the job's stored spec and sent to the
-        agent, which unpacks it and runs the job there. ``held``: the job is stored held and
+        :mod:`gpupool.control.services.uploads`); it is kept in the job's stored spec and sent to
+        the agent, which unpacks it and runs the job there. ``held``: the job is stored held and
         waits until released (an idempotent retry returns the first job as it is).
         ``queue_anyway``: store it even when no node of its pool could hold it (see
-        :mod:`gpupool.control.envelope`); otherwise such a job is refused."""
+        :mod:`gpupool.control.services.envelope`); otherwise such a job is refused."""
         pending = replace(
             self.prepare(actor, data, idempotency_key), held=held, queue_anyway=queue_anyway
         )
@@ -496,7 +496,7 @@ class JobService:
         return job
 
     def update(self, actor: Actor, job_id: str, changes: Mapping[str, Any]) -> Job:
-        """Change a pending job (see :mod:`gpupool.control.jobedit`), audited."""
+        """Change a pending job (see :mod:`gpupool.control.services.jobedit`), audited."""
         now = self.cp.now()
         with self.cp.tx() as s:
             row = self._load_for_change(s, actor.principal, job_id)

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.control.auth import Actor
+from gpupool.control.services.auth import Actor
 from gpupool.store.models import AuditModel
 
 

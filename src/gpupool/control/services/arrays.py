@@ -3,8 +3,8 @@
 The spec is checked once; every task is then the same job named ``NAME[INDEX]``, with its task
 kept beside the stored spec (``spec["array"]``, as ``workdir_upload`` is) and sent to the agent,
 which sets the ``GPUPOOL_ARRAY_*`` variables. The tasks are written in one transaction (the
-batch writer of :meth:`~gpupool.control.jobs.JobService.write_submits`): an acknowledged submit
-made all of them, a refused one (unknown pool, tenant, class) none. With an idempotency key
+batch writer of :meth:`~gpupool.control.services.jobs.JobService.write_submits`): an acknowledged
+submit made all of them, a refused one (unknown pool, tenant, class) none. With an idempotency key
 each task gets ``KEY#INDEX``: a retry of the same array returns the same tasks.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpupool.control.auth import Actor
 from gpupool.control.errors import Invalid
-from gpupool.control.jobs import JobService, new_job_id
-from gpupool.control.uploads import UploadService
+from gpupool.control.services.auth import Actor
+from gpupool.control.services.jobs import JobService, new_job_id
+from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import array_tasks, parse_array, task_name
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import Job

@@ -17,7 +17,7 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpupool.control.orders import mark
+from gpupool.control.machinery.orders import mark
 from gpupool.domain.jobs import Job
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import should_requeue, transition

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor, Principal, new_secret, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor, Principal, new_secret, require
 from gpupool.domain.bounds import ANY_DURATION_S
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.users import Permission, Role, User

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
-from gpupool.control.snapshot import decayed_usage
+from gpupool.control.machinery.snapshot import decayed_usage
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.tenants import PriorityClass, Quota, Tenant, stored_fair_share
 from gpupool.domain.users import Permission

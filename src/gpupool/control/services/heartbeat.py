@@ -18,13 +18,13 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.control.accounting import accrue
-from gpupool.control.auth import Actor, require
 from gpupool.control.context import ControlPlane
-from gpupool.control.jobstate import attempt_outcome, finish_job, move, release_slices
-from gpupool.control.nodes import current_epoch
-from gpupool.control.oversubscription import oversubscription_of, record_spilled
-from gpupool.control.resize import resize_orders
+from gpupool.control.machinery.jobstate import attempt_outcome, finish_job, move, release_slices
+from gpupool.control.services.accounting import accrue
+from gpupool.control.services.auth import Actor, require
+from gpupool.control.services.nodes import current_epoch
+from gpupool.control.services.oversubscription import oversubscription_of, record_spilled
+from gpupool.control.services.resize import resize_orders
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor, Principal, require
 from gpupool.control.context import ControlPlane
-from gpupool.control.envelope import envelopes
 from gpupool.control.errors import Conflict, Invalid, NotFound
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor, Principal, require
+from gpupool.control.services.envelope import envelopes
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import Pool
 from gpupool.domain.users import Permission

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 
-from gpupool.control import audit
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotFound, ServiceError
+from gpupool.control.services import audit
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.store.models import JobModel, UploadModel

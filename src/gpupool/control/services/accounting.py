@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.control.auth import Principal, require
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid
+from gpupool.control.services.auth import Principal, require
 from gpupool.domain.pools import Pool
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.domain.users import Permission

@@ -20,13 +20,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool import __version__
-from gpupool.control import audit
-from gpupool.control.accounting import accrue
-from gpupool.control.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.context import ControlPlane
-from gpupool.control.envelope import envelopes
 from gpupool.control.errors import Conflict, Invalid, NotFound
-from gpupool.control.jobstate import attempt_outcome, finish_job, release_slices
+from gpupool.control.machinery.jobstate import attempt_outcome, finish_job, release_slices
+from gpupool.control.services import audit
+from gpupool.control.services.accounting import accrue
+from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.services.envelope import envelopes
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import DEFAULT_POOL, validate_name
@@ -44,7 +44,7 @@ from gpupool.store.models import (
     SliceModel,
 )
 
-log = logging.getLogger("gpupool.control.nodes")
+log = logging.getLogger("gpupool.control.services.nodes")
 
 
 @dataclass(frozen=True)
