@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from gpupool.api.app import create_app
 from gpupool.control.context import ControlPlane
+from gpupool.web.routes import router as dashboard
 
 ROLES = ("admin", "operator", "tenant-admin", "member", "viewer", "agent")
 TENANT_ROLES = ("tenant-admin", "member", "viewer")
@@ -42,7 +43,7 @@ class Api:
 
 
 def make_api(cp: ControlPlane) -> Api:
-    app = create_app(control=cp)
+    app = create_app(control=cp, routers=(dashboard,))
     client = TestClient(app)
     admin = cp.settings.admin_token_path.read_text().strip()
     api = Api(client, admin)

@@ -10,19 +10,22 @@ map errors.
 
 For tests and embedding, pass ``control`` (a ready :class:`ControlPlane`, e.g. with a manual
 clock) and ``loop`` (a :class:`SchedulingLoop` with a stub scheduler); nothing else changes.
+
+The API knows no other edge package: routers served beside ``/v1`` (the dashboard of
+:mod:`gpupool.web`) are given by the caller in ``routers``. The composition root is
+``gpupool server`` (:mod:`gpupool.cli.server`: ``pool_app``), which mounts the dashboard.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
-import importlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
@@ -54,23 +57,17 @@ from gpupool.domain.users import Permission
 from gpupool.metrics.collector import ClusterCollector
 from gpupool.metrics.definitions import REGISTRY
 from gpupool.scheduling.config import SchedulerConfig
-from gpupool.web.routes import router as web_router
 
 log = logging.getLogger("gpupool.api")
 
-
-#: Routers of sibling edge packages served by the same app, by module name (each module has a
-#: ``router``). They are looked up at start rather than imported, because the edge packages are
-#: independent layers (see the import-linter contract); a missing one is skipped.
-EDGE_ROUTERS: tuple[str, ...] = ("gpupool.web.routes",)
 
 #: Environment variable carrying the settings to worker processes of ``gpupool server --workers``.
 SETTINGS_ENV = "GPUPOOL_SERVER_SETTINGS"
 
 
-def app_from_environment() -> FastAPI:
-    """The app of one worker process: settings from ``$GPUPOOL_SERVER_SETTINGS``."""
-    return create_app(ServerSettings.from_json(os.environ[SETTINGS_ENV]))
+def settings_from_environment() -> ServerSettings:
+    """The settings of one worker process of ``gpupool server --workers``."""
+    return ServerSettings.from_json(os.environ[SETTINGS_ENV])
 
 
 def create_app(
@@ -78,8 +75,10 @@ def create_app(
     *,
     control: ControlPlane | None = None,
     loop: SchedulingLoop | None = None,
+    routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
-    """Build the API application (see the module docstring)."""
+    """Build the API application (see the module docstring); ``routers`` are mounted after
+    the API's own, each once (the dashboard's catch-all pages last)."""
     cp = control or ControlPlane(settings or ServerSettings.build())
     if loop is None and cp.settings.schedule:
         loop = SchedulingLoop(
@@ -125,14 +124,8 @@ def create_app(
     openapi.install(app, metrics_token=cp.settings.metrics_token)
     for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results):
         app.include_router(module.router)
-    for name in EDGE_ROUTERS:
-        try:
-            edge = importlib.import_module(name)
-        except ImportError as exc:
-            log.info("not serving %s: %s", name, exc)
-            continue
-        app.include_router(edge.router)
-    app.include_router(web_router)  # the dashboard at / (gpupool.web)
+    for router in routers:
+        app.include_router(router)
 
     # Two views of the cluster: tenant names only for whom may see every tenant.
     registries: dict[bool, CollectorRegistry] = {}

@@ -17,6 +17,7 @@ import logging
 import os
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -24,6 +25,26 @@ from gpupool import __version__
 from gpupool.cli.session import handle_errors
 from gpupool.control.settings import ServerSettings
 from gpupool.domain.errors import GpupoolError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def pool_app(settings: ServerSettings) -> FastAPI:
+    """The whole pool's app: the API (:mod:`gpupool.api`) with the dashboard
+    (:mod:`gpupool.web`) mounted beside it. This is where the two edges meet: neither imports
+    the other."""
+    from gpupool.api.app import create_app
+    from gpupool.web.routes import router as dashboard
+
+    return create_app(settings, routers=(dashboard,))
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker process of ``gpupool server --workers N`` (uvicorn's factory)."""
+    from gpupool.api.app import settings_from_environment
+
+    return pool_app(settings_from_environment())
 
 
 def write_server_url(settings: ServerSettings) -> Path:
@@ -62,7 +83,7 @@ def serve(
     """
     import uvicorn
 
-    from gpupool.api.app import SETTINGS_ENV, create_app
+    from gpupool.api.app import SETTINGS_ENV
     from gpupool.control.bootstrap import bootstrap
     from gpupool.control.context import ControlPlane
 
@@ -80,7 +101,7 @@ def serve(
             cp.close()
             app = None
         else:
-            app = create_app(settings)
+            app = pool_app(settings)
             wrote = app.state.admin_token_path is not None
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -118,7 +139,7 @@ def serve(
         return
     os.environ[SETTINGS_ENV] = settings.to_json()
     uvicorn.run(
-        "gpupool.api.app:app_from_environment",
+        "gpupool.cli.server:app_from_environment",
         factory=True,
         workers=workers,
         access_log=False,
