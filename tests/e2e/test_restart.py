@@ -117,15 +117,28 @@ def test_server_stopped_twice_the_node_timeout_and_restarted_keeps_every_job_run
     assert downs == [], downs
 
 
-#: ``gpupool up`` has the server's default node timeout (seconds).
-UP_NODE_TIMEOUT_S = 30.0
+#: The node timeout ``gpupool up`` is started with here (seconds; its default is 30).
+UP_NODE_TIMEOUT_S = 6.0
 
 
 def _up(root: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GPUPOOL_HOME": str(root / "home"), "PYTHONUNBUFFERED": "1"}
     log = open(root / "up.log", "ab")  # noqa: SIM115 - the child owns it
     return subprocess.Popen(
-        [PY, "-m", "gpupool.cli", "up", "--port", str(port), "--simulate", "2xT4"],
+        [
+            PY,
+            "-m",
+            "gpupool.cli",
+            "up",
+            "--port",
+            str(port),
+            "--simulate",
+            "2xT4",
+            "--heartbeat",
+            "1",
+            "--node-timeout",
+            str(UP_NODE_TIMEOUT_S),
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -171,7 +184,7 @@ def test_gpupool_up_stopped_twice_the_node_timeout_and_started_again_keeps_its_j
         def past_grace() -> bool:
             nodes = http.get("/v1/nodes").json()
             return bool(nodes) and min(n["last_heartbeat"] for n in nodes) > started + (
-                UP_NODE_TIMEOUT_S + 5
+                2 * UP_NODE_TIMEOUT_S
             )
 
         wait_for(past_grace, 180, "heartbeats past the restarted pool's grace period")

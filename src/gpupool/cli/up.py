@@ -13,7 +13,7 @@ import typer
 from gpupool import __version__
 
 
-def up(
+def up(  # noqa: PLR0917 - one typer option per parameter
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
     port: int = typer.Option(8470, envvar="GPUPOOL_PORT", help="port of the API server"),
     home: Path | None = typer.Option(None, help="gpupool home (default $GPUPOOL_HOME)"),  # noqa: B008
@@ -25,6 +25,12 @@ def up(
         help="whose Unix account jobs run as: 'agent' (yours: one-person pools only, a job can "
         "read the admin token), 'submitter' or an account's name (needs root)",
     ),
+    heartbeat: float = typer.Option(5.0, help="agent heartbeat interval, seconds"),
+    node_timeout: float = typer.Option(
+        30.0,
+        help="silence before a node is marked down, seconds (a pool stopped for longer keeps "
+        "its jobs: the restarted server waits this long before judging silence)",
+    ),
 ) -> None:
     """Run the pool on this machine: API server, SQLite store, scheduling loop and local agent.
 
@@ -32,16 +38,26 @@ def up(
     as your account unless ``--run-as`` names another (see docs/deploy.md).
 
     Example: ``gpupool up --port 8470 --simulate 2xA100-80GB,2xT4``
+    (``--heartbeat`` and ``--node-timeout`` as ``gpupool server`` has them)
     """
     from gpupool.agent.runas import check_mode, switches_account
     from gpupool.cli.agent import jobs_run_as, start_local_agent
     from gpupool.cli.server import serve
+    from gpupool.cli.session import handle_errors
     from gpupool.control.settings import ServerSettings
     from gpupool.domain.errors import GpupoolError
 
     # A standalone pool is one person's: its store follows gpupool's upgrades by itself
     # (a cluster's `gpupool server` waits for --migrate).
-    settings = ServerSettings.build(home, host=host, port=port, migrate=True)
+    with handle_errors():  # an impossible number: one line, exit 2
+        settings = ServerSettings.build(
+            home,
+            host=host,
+            port=port,
+            migrate=True,
+            heartbeat_interval_s=heartbeat,
+            node_timeout_s=node_timeout,
+        )
     try:
         # The home itself is made passable at start; the folders above it must already be.
         check_mode(run_as, [settings.home.parent])
