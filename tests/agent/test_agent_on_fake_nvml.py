@@ -322,7 +322,14 @@ def test_a_multi_gpu_job_is_never_given_several_mig_instances(
     refused = nvml_pool.http.post("/v1/jobs", json={"spec": {**spec, "resources": wanted}})
     assert refused.status_code == 422, refused.text
     assert "no node of pool default has a GPU of type H200" in refused.text
-    pair = nvml_pool.submit("pair", "sleep=0", resources={"gpus": 2})
+    # two GPUs per replica: the two MIG instances do not make two GPUs, so refused at submit
+    # (it used to be stored and pend forever), and queued anyway it never starts
+    pair_spec = {**spec, "name": "pair", "resources": {"gpus": 2}}
+    refused = nvml_pool.http.post("/v1/jobs", json={"spec": pair_spec})
+    assert refused.status_code == 422, refused.text
+    assert "MIG instances do not count" in refused.text, refused.text
+    assert "--queue-anyway" in refused.text
+    pair = str(nvml_pool.post("/v1/jobs", {"spec": pair_spec, "queue_anyway": True})["job"]["id"])
     whole = str(
         nvml_pool.post("/v1/jobs", {"spec": {**spec, "resources": wanted}, "queue_anyway": True})[
             "job"

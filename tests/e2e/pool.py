@@ -135,7 +135,11 @@ class Pool:
             **os.environ,
             "GPUPOOL_HOME": str(self.home),
             "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": str(REPO),
+            # the caller's PYTHONPATH first: a test run against an older tree
+            # (PYTHONPATH=/tmp/old/src) starts its server and agents from that tree too
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p
+            ),
         }
 
     def start_server(self) -> None:

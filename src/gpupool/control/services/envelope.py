@@ -15,10 +15,11 @@ Words:
   the job is stored even though nothing can hold it now, for nodes yet to join; it pends with
   the scheduler's ``TooLarge`` or ``NoDeviceOfType`` reason until one does.
 
-The rules follow the scheduler's: a replica's GPUs come from one node and are of one model;
-the replicas of a gang may spread over nodes, so a gang is refused only when the whole pool,
-empty, could not hold all its replicas at once. A pool with no node yet takes any job: there is
-nothing to judge it by.
+The rules follow the scheduler's: a replica's GPUs come from one node and are of one model,
+and a replica of more than one GPU never counts MIG instances (CUDA gives a process one MIG
+instance however many it is shown, so two would be one); the replicas of a gang may spread
+over nodes, so a gang is refused only when the whole pool, empty, could not hold all its
+replicas at once. A pool with no node yet takes any job: there is nothing to judge it by.
 
 Envelopes are cached per control plane for ``catalog_cache_s`` (the same freshness as the
 names submits are checked against) and dropped at once when a node registers or is deleted
@@ -37,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
 from gpupool.domain.jobs import JobSpec
-from gpupool.domain.nodes import allowed_model
+from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.units import MILLI_PER_GPU, format_cpus, format_memory
@@ -111,11 +112,19 @@ class PoolEnvelope:
                         f"{format_memory(need)} of GPU memory per GPU is more than any card of "
                         f"{where} has (the largest: {biggest[1]} with {card}): {QUEUE_ANYWAY}"
                     )
-            most = max(_gpus_of_one_model(n, r.gpu_types, need) for n in nodes)
+            most = max(_gpus_of_one_model(n, r.gpu_types, need, count) for n in nodes)
             if count > most:
+                mig = any(is_mig_model(m) for m in allowed)
                 return (
                     f"{count} GPUs per replica is more than any node of {where} has (at most "
-                    f"{most} of one model{_types(r.gpu_types)}): {QUEUE_ANYWAY}"
+                    f"{most} of one model{_types(r.gpu_types)}"
+                    + (
+                        "; MIG instances do not count: CUDA gives a process one MIG instance, "
+                        "so a replica of several GPUs needs whole GPUs"
+                        if mig
+                        else ""
+                    )
+                    + f"): {QUEUE_ANYWAY}"
                 )
         most_cpu = max(n.cpu_milli for n in nodes)
         if r.cpu_milli > most_cpu:
@@ -159,17 +168,22 @@ def _ask(spec: JobSpec) -> str:
     return ", ".join(parts)
 
 
-def _fitting(node: NodeRoom, gpu_types: tuple[str, ...], need: int | None) -> list[str]:
-    """Models of the node's devices that could take one GPU of the request."""
+def _fitting(node: NodeRoom, gpu_types: tuple[str, ...], need: int | None, count: int) -> list[str]:
+    """Models of the node's devices that could take one GPU of a request for ``count`` GPUs
+    (MIG instances only when ``count`` is 1, as the scheduler's capacity mask has it)."""
     return [
         m
         for m, _, promisable in node.devices
-        if allowed_model(m, gpu_types) and (need is None or need <= promisable)
+        if allowed_model(m, gpu_types)
+        and (need is None or need <= promisable)
+        and (count <= 1 or not is_mig_model(m))
     ]
 
 
-def _gpus_of_one_model(node: NodeRoom, gpu_types: tuple[str, ...], need: int | None) -> int:
-    counts = Counter(_fitting(node, gpu_types, need))
+def _gpus_of_one_model(
+    node: NodeRoom, gpu_types: tuple[str, ...], need: int | None, count: int
+) -> int:
+    counts = Counter(_fitting(node, gpu_types, need, count))
     return max(counts.values(), default=0)
 
 
@@ -190,7 +204,7 @@ def _replicas_on(node: NodeRoom, spec: JobSpec) -> int:
             need = r.gpu_memory_mib
             by_gpu += min(share, promisable // need) if need else share
     else:
-        counts = Counter(_fitting(node, r.gpu_types, r.gpu_memory_mib))
+        counts = Counter(_fitting(node, r.gpu_types, r.gpu_memory_mib, count))
         by_gpu = sum(c // count for c in counts.values())
     return int(min(by_cpu, by_mem, by_gpu))
 
