@@ -86,6 +86,10 @@ def test_the_agent_unit_kills_only_the_agent_process_and_always_restarts_it() ->
     assert agent["Restart"] == ["always"]
 
 
+def test_the_agent_unit_delegates_its_cgroup_so_each_replica_gets_one() -> None:
+    assert _unit("gpupool-agent.service")["Delegate"] == ["yes"]
+
+
 class Deployed:
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -17,9 +17,12 @@ and ``Delegate=yes`` (systemd leaves the sub-cgroups alone).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 from pathlib import Path
+
+log = logging.getLogger("gpupool.agent")
 
 ROOT = Path("/sys/fs/cgroup")
 
@@ -78,20 +81,31 @@ class JobCgroups:
             self.path(key).rmdir()
 
 
+def _without(why: str) -> JobCgroups | None:
+    """No cgroups: say why once, at the agent's start."""
+    log.warning(
+        "no cgroup per replica (%s): jobs are tracked by their process sessions; under "
+        "systemd, give the agent's unit Delegate=yes (deploy/systemd/gpupool-agent.service)",
+        why,
+    )
+    return None
+
+
 def open_cgroups(
     root: Path = ROOT, proc_self: Path = Path("/proc/self/cgroup")
 ) -> JobCgroups | None:
     """The replicas' cgroups, or ``None`` where cgroup v2 cannot be used (see the docstring)."""
     if not (root / "cgroup.controllers").exists():
-        return None  # cgroup v1 or hybrid: no unified hierarchy to put jobs in
+        # cgroup v1 or hybrid: no unified hierarchy to put jobs in
+        return _without("the node has no unified cgroup v2 hierarchy")
     own = _own_cgroup(proc_self)
     if own is None:
-        return None
+        return _without(f"{proc_self} names no cgroup v2 path")
     base = root / own.lstrip("/") / "gpupool"
     try:
         base.mkdir(exist_ok=True)
-    except OSError:
-        return None
+    except OSError as exc:
+        return _without(f"cannot create {base}: {exc.strerror}")
     if not os.access(base, os.W_OK):
-        return None
+        return _without(f"{base} is not writable by this account")
     return JobCgroups(base)
