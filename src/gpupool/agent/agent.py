@@ -79,7 +79,8 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation
+from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation, real_driver
+from gpupool.runtime.shimreserve import CACHE_NAME, ShimReserves
 from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -203,6 +204,12 @@ class Agent(GpuRules):
         )
         if self.shim_refused is not None and self.devices:
             log.info("isolation shim not offered: %s", self.shim_refused)
+        self._shim_reserve: dict[str, int] = {}  # device -> context reserve (bytes) for regions
+        driver = real_driver()
+        if self.shim_refused is None and driver is not None:
+            self._shim_reserve = ShimReserves(config.state_dir / CACHE_NAME, driver).for_devices(
+                d.uuid for d in self.devices if d.mig_parent is None
+            )
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -452,6 +459,7 @@ class Agent(GpuRules):
             soft_hook_dir=SOFT_HOOK_DIR,
             reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
             spill=a.memory_oversubscription == "spill",
+            shim_reserve_bytes=self._shim_reserve,
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)

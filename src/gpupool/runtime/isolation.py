@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpupool.domain.errors import GpupoolError
@@ -57,7 +57,9 @@ class SliceContext:
     folder holding the interpreter start hook. ``spill`` is the pool's memory oversubscription
     choice (the shim serves such allocations from host memory). ``reserve_mib`` is the CUDA
     context reserve of the devices' model (MiB a process holds beyond what its framework
-    allocates).
+    allocates). ``shim_reserve_bytes`` is, per device UUID, what a process's first context
+    takes there as the agent measured it (:mod:`gpupool.runtime.shimreserve`): the shim
+    charges it to the slice.
     """
 
     devices: tuple[SliceDevice, ...]
@@ -69,6 +71,7 @@ class SliceContext:
     mps_refused: str | None = None
     reserve_mib: int = 0
     spill: bool = False  # an allocation that fits the slice but not the GPU goes to host memory
+    shim_reserve_bytes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def whole(self) -> bool:

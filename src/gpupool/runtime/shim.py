@@ -447,6 +447,7 @@ class ShimIsolation:
                 uuid=d.uuid,
                 mem_limit_bytes=ctx.memory_mib * MIB,
                 sm_share_permille=min(NO_CAP_PERMILLE, max(1, ctx.milli)),
+                context_reserve_bytes=ctx.shim_reserve_bytes.get(d.uuid, 0),
                 spill=ctx.spill,
             )
             for d in ctx.devices

@@ -5,7 +5,8 @@
  * a sleep to its end, kinder to a shared machine) and appends a record of it to FAKE_CUDA_LOG.
  *
  * Environment: FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_MEM (physical bytes per device
- * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records).
+ * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records), FAKE_CUDA_CTX_BYTES
+ * (device memory a process's first context on a device takes, as a real context does: default 0).
  * A kernel's duration in ns is the uint64 its first kernel parameter points to; a graph's is
  * the uint64 its CUgraphExec handle points to. Device i's UUID is "gpupoolfakegpu" + {0, i},
  * unless CUDA_VISIBLE_DEVICES lists GPU UUIDs (as gpupool's agent sets it): then, like the real
@@ -53,6 +54,7 @@ struct CUmemPoolHandle_st {
 #define POOL_STEP (2ull << 20)
 
 static struct CUctx_st g_primary[MAXDEV];
+static int g_ctx_taken[MAXDEV]; /* this process's first context on the device took its memory */
 static struct CUmemPoolHandle_st g_pools[MAXDEV];
 static __thread CUcontext g_current;
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -333,8 +335,25 @@ API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
     *b = (size_t)phys();
     return CUDA_SUCCESS;
 }
+/* A process's first context on a device takes FAKE_CUDA_CTX_BYTES of it, held until the end. */
+static CUresult ctx_take(CUdevice d) {
+    const char *e = getenv("FAKE_CUDA_CTX_BYTES");
+    uint64_t cost = e ? strtoull(e, NULL, 10) : 0;
+    pthread_mutex_lock(&g_mem_lock);
+    if (!g_ctx_taken[d]) {
+        if (g_used[d] + cost > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[d] += cost;
+        g_ctx_taken[d] = 1;
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_take(d) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     g_primary[d].dev = d;
     *c = &g_primary[d];
     return CUDA_SUCCESS;
@@ -345,6 +364,7 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 }
 static CUresult ctx_new(CUcontext *c, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_take(d) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     *c = malloc(sizeof **c);
     (*c)->dev = d;
     g_current = *c;
