@@ -731,15 +731,41 @@ static CUresult settle(int di, uint64_t estimate, uint64_t exact) {
     return CUDA_SUCCESS;
 }
 
+#define GP_SPILL_PITCH 512
+
 GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                    unsigned int elem) {
     NEED(cuMemAllocPitch_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
-    int di = current_dev(NULL);
+    CUdevice dev = 0;
+    int di = current_dev(&dev);
     uint64_t estimate = (uint64_t)width * height; /* the pitch is known only afterwards */
     CUresult rc = charge(di, estimate, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && di >= 0 &&
+        (atomic_load(&g_region->dev[di].flags) & GP_DEV_SPILL)) {
+        /* Spilled: managed memory with rows padded to GP_SPILL_PITCH, a multiple of every
+         * GPU's texture pitch alignment, so the pitch stays valid for 2-D copies and textures. */
+        size_t sp = (width + GP_SPILL_PITCH - 1) / GP_SPILL_PITCH * GP_SPILL_PITCH;
+        uint64_t exact = (uint64_t)sp * height;
+        if (settle(di, estimate, exact) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+        rc = spill_alloc(dptr, exact, di, dev);
+        if (rc == CUDA_SUCCESS) {
+            *pitch = sp;
+            table_put(*dptr, K_MEM, exact, di, 1);
+            return rc;
+        }
+        uncharge(di, exact, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && di >= 0) {
+        uncharge(di, estimate, 0);
+        report_oom(di, gp_region_used_locked(g_region, (uint32_t)di),
+                   atomic_load(&g_region->dev[di].mem_limit), estimate,
+                   ": the slice has room but the GPU itself is full (spill to host is off)");
+        return rc;
+    }
     if (rc != CUDA_SUCCESS) {
         uncharge(di, estimate, 0);
         return rc;
