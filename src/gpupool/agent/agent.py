@@ -345,7 +345,7 @@ class Agent(GpuRules):
                     local_stop=r.local_stop,
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
                     spilled_bytes=shim_spilled(r),
-                ).model_copy(update={"isolation_reason": r.isolation_reason})
+                ).model_copy(update={"isolation_reason": (r.isolation_reason or "")[:2000] or None})
             )
         verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
         return HeartbeatRequest(
