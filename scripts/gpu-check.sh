@@ -7,7 +7,10 @@
 #      NVLink groups, the CUDA context size, MPS (attached / SM share / memory limit /
 #      override refused / fallback detected), SIGKILL -> memory released, XID events;
 #   2. tests/gpu (pytest);
-#   3. the shim engineer's scorecard, scripts/shim-scorecard.sh, when it exists (see HOOK).
+#   3. the shim engineer's scorecard, scripts/shim-scorecard.sh, when it exists (see HOOK):
+#      memory-limit accuracy, the context reserve measured on this card and a slice reaching
+#      limit - reserve, graph memory capped, mps+shim (where MPS is installed), PyTorch, JAX
+#      and CuPy at the slice, compute caps, sharing, noisy neighbour, overhead, graphs paced.
 #
 #   scripts/gpu-check.sh            # uses .venv/bin/python if present, else python3
 #   PYTHON=/opt/venv/bin/python scripts/gpu-check.sh

@@ -11,7 +11,11 @@
 #   CuPy each seeing the slice and stopping at it, a CUDA program built with nvcc on the spot
 #   stopping at it, compute-cap fidelity at 10/30/50/70/90 % (matmul throughput against no shim),
 #   two replicas at 30/70 sharing the GPU, the noisy-neighbour slowdown of a 25 % slice, the
-#   overhead with no cap against no shim (goal under 2 %), CUDA graphs paced at 30 %.
+#   overhead with no cap against no shim (goal under 2 %), CUDA graphs paced at 30 %; the
+#   context reserve measured on this card and a slice reaching exactly limit - reserve; graph
+#   memory capped (a mem-alloc node over the slice refused, a graph's reserve counted until
+#   cuDeviceGraphMemTrim); mps+shim (when nvidia-cuda-mps-control is installed: a private MPS
+#   daemon, the shim's memory limit under it, its pacing off).
 # Prints a table (markdown, for docs/benchmarks.md) and the driver version; writes
 # $OUT/shim-scorecard.json when OUT is set. Exit code: 0 when every row that ran met its target,
 # 1 when one missed, 2 when there is no GPU, 3 when gpupool or the shim cannot be set up.
@@ -39,7 +43,10 @@ import time
 from pathlib import Path
 
 try:
+    from gpupool.runtime.isolation import MODES, SliceContext, SliceDevice
+    from gpupool.runtime.mps import MpsDaemon
     from gpupool.runtime.shim import DeviceSlice, Region, job_env, real_driver
+    from gpupool.runtime.shimreserve import MeasureError, measure
     from gpupool.shim.build import ensure_built
     build = ensure_built()
 except Exception as exc:  # noqa: BLE001 - report any set-up failure and stop
@@ -117,6 +124,45 @@ elif mode == "cupy-fill":
     except cupy.cuda.memory.OutOfMemoryError:
         oom = True
     out(free=free, total=total, reached=cupy.get_default_memory_pool().total_bytes(), oom=oom)
+elif mode == "graph-cap":  # graph memory through the driver API: refused, counted, trimmed
+    limit = int(sys.argv[2])
+    cu = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+    class Loc(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+    class PoolProps(ctypes.Structure):
+        _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int), ("location", Loc),
+                    ("win32", ctypes.c_void_p), ("maxSize", ctypes.c_size_t),
+                    ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+    class AllocParams(ctypes.Structure):
+        _fields_ = [("poolProps", PoolProps), ("accessDescs", ctypes.c_void_p),
+                    ("accessDescCount", ctypes.c_size_t), ("bytesize", ctypes.c_size_t),
+                    ("dptr", ctypes.c_uint64)]
+    def graph(nbytes):
+        g, node = ctypes.c_void_p(), ctypes.c_void_p()
+        assert cu.cuGraphCreate(ctypes.byref(g), 0) == 0
+        p = AllocParams()
+        p.poolProps.allocType, p.poolProps.location.type, p.poolProps.location.id = 1, 1, 0
+        p.bytesize = nbytes
+        rc = cu.cuGraphAddMemAllocNode(ctypes.byref(node), g, None, ctypes.c_size_t(0), ctypes.byref(p))
+        if rc == 0:  # freed inside the graph, so it may be launched again
+            n2 = ctypes.c_void_p()
+            assert cu.cuGraphAddMemFreeNode(ctypes.byref(n2), g, ctypes.byref(node),
+                                            ctypes.c_size_t(1), ctypes.c_uint64(p.dptr)) == 0
+        return rc, g
+    big_rc = graph(limit + (64 << 20))[0]
+    half = limit // 2 // (2 << 20) * (2 << 20)
+    rc, g = graph(half)
+    e, p = ctypes.c_void_p(), ctypes.c_uint64()
+    inst_rc = cu.cuGraphInstantiateWithFlags(ctypes.byref(e), g, ctypes.c_ulonglong(0))
+    launch_rc = cu.cuGraphLaunch(e, None) if inst_rc == 0 else inst_rc
+    cu.cuCtxSynchronize()
+    held_rc = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(limit - half + (64 << 20)))
+    cu.cuDeviceGraphMemTrim(dev)
+    trimmed_rc = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(limit - half + (64 << 20)))
+    out(big=big_rc, node=rc, launch=launch_rc, held=held_rc, trimmed=trimmed_rc)
 elif mode in ("matmul", "graph"):
     import torch
     seconds = float(sys.argv[2])
@@ -149,9 +195,9 @@ elif mode in ("matmul", "graph"):
 ''')
 
 
-def region(name: str, limit: int, share: int) -> Region:
+def region(name: str, limit: int, share: int, reserve: int = 0) -> Region:
     return Region.create(WORK / f"{name}.region", name,
-                         [DeviceSlice(UUID, limit, share)], build=build)
+                         [DeviceSlice(UUID, limit, share, reserve)], build=build)
 
 
 def env_for(reg: Region | None) -> dict[str, str]:
@@ -211,6 +257,65 @@ def memory_rows() -> None:
 
 
 guarded("memory-limit accuracy (driver API)", "99-100 %", memory_rows)
+
+RESERVE = 0
+try:
+    RESERVE = measure(driver, UUID)
+    row("context reserve measured", f"{RESERVE} bytes ({RESERVE / MIB:.1f} MiB)",
+        "measured (what runtime/shimreserve.py writes into regions)", True)
+except MeasureError as exc:
+    row("context reserve measured", "error", "measured", False, str(exc)[:200])
+
+
+def reserve_row() -> None:
+    r = run(["cuda-fill"], region("reserve", LIMIT, 1000, RESERVE))
+    acc = r["reached"] / (LIMIT - RESERVE)
+    row("reachable = limit - reserve", f"{100 * acc:.2f} % of {(LIMIT - RESERVE) // MIB} MiB",
+        "99-100 %, never over", 0.99 <= acc <= 1.0)
+
+
+guarded("reachable = limit - reserve", "99-100 %", reserve_row)
+
+
+def graph_mem_row() -> None:
+    r = run(["graph-cap", str(LIMIT)], region("graphmem", LIMIT, 1000))
+    ok = r["big"] == 2 and r["node"] == 0 and r["launch"] == 0 and r["held"] == 2 and r["trimmed"] == 0
+    row("graph memory capped",
+        f"node over slice rc {r['big']}, launch rc {r['launch']}, alloc while held rc "
+        f"{r['held']}, after trim rc {r['trimmed']}", "2, 0, 2, 0", ok)
+
+
+guarded("graph memory capped", "2, 0, 2, 0", graph_mem_row)
+
+
+def mps_shim_row() -> None:
+    daemon = MpsDaemon(WORK / "mps")
+    if not daemon.available:
+        row("mps+shim memory per replica", "-", "99-100 %", None, "no nvidia-cuda-mps-control")
+        return
+    if not daemon.start():
+        row("mps+shim memory per replica", "error", "99-100 %", False, "the MPS daemon did not start")
+        return
+    try:
+        ctx = SliceContext(devices=(SliceDevice(UUID, TOTAL_MIB),), milli=500,
+                           memory_mib=LIMIT // MIB, mps_pipe_dir=str(daemon.pipe_dir),
+                           mps_log_dir=str(daemon.log_dir), shim_reserve_bytes={UUID: RESERVE})
+        env = {**os.environ, **MODES["mps+shim"].job_env(ctx)}
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, (env["LD_LIBRARY_PATH"],
+                                                       os.environ.get("LD_LIBRARY_PATH"))))
+        p = subprocess.run([PYTHON, str(WORKER), "cuda-fill"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        r = json.loads([x for x in p.stdout.splitlines() if x.startswith("{")][-1])
+        with Region.open(Path(env["GPUPOOL_CUDA_REGION"]), build=build) as reg:
+            share = reg.read().device(UUID).sm_share_permille
+        acc = r["reached"] / (LIMIT - RESERVE)
+        row("mps+shim memory per replica", f"{100 * acc:.2f} %, shim share {share}",
+            "99-100 %, share 1000 (MPS paces)", 0.99 <= acc <= 1.0 and share == 1000)
+    finally:
+        daemon.stop()
+
+
+guarded("mps+shim memory per replica", "99-100 %", mps_shim_row)
 
 for fw, mod in (("PyTorch", "torch"), ("JAX", "jax"), ("CuPy", "cupy")):
     if not has(mod):

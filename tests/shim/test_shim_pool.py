@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shlex
 import shutil
 import subprocess
@@ -158,6 +159,19 @@ def test_a_job_submitted_with_isolation_shim_is_held_to_its_slice_and_its_region
     assert ldpath == [str(shim_pool.natives.shim.facade_dir), "/opt/node-libs"]
 
 
+def show(pool: ShimPool, job_id: str) -> str:
+    """What `gpupool show JOB` prints, wide enough that no line is cut."""
+    token = (pool.home / "admin-token").read_text().strip()
+    env = {**os.environ, "GPUPOOL_HOME": str(pool.home), "PYTHONPATH": str(REPO),
+           "COLUMNS": "400"}  # fmt: skip
+    done = subprocess.run(
+        [PY, "-m", "gpupool.cli", "show", job_id, "--server", pool.url, "--token", token],
+        env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def job_slices(pool: Pool, job_id: str) -> list[str]:
     return [s["device_uuid"] for s in pool.job(job_id)["slices"]]
 
@@ -191,6 +205,18 @@ def test_a_job_that_bypasses_the_shim_is_reported_as_running_without_it(shim_poo
         "the job's isolation reported",
     )
     assert job["isolation"] == "soft"  # never shown as shimmed
+    # While it runs, the job's view and `gpupool show` say why, not only at its end.
+    job = wait_for(
+        lambda: (
+            "running without the CUDA shim" in ((j := shim_pool.job(job_id))["reason"] or "") and j
+        ),
+        DEADLINE_S,
+        "the escape's reason in the job's view while it runs",
+    )
+    assert job["state"] == "RUNNING", job
+    shown = show(shim_pool, job_id)
+    assert re.search(r"Isolation\s+soft", shown), shown
+    assert "running without the CUDA shim" in " ".join(shown.split()), shown
     (shim_pool.out / f"{name}.go").touch()
     job = shim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
     assert "running without the CUDA shim" in (job["reason"] or ""), job

@@ -51,3 +51,31 @@ def test_spill_can_be_turned_on_for_a_running_job(natives, make_region, probes):
     region.set_spill(GPU0, True)
     p.ok(f"alloc {6 * MIB}")
     assert region.read().device(GPU0).spilled_bytes == 6 * MIB
+
+
+def test_a_pitched_allocation_over_physical_memory_spills_with_a_valid_pitch(
+    natives, make_region, probes
+):
+    region = make_region(limit=32 * MIB, spill=True)
+    p = Probe(natives.probe, shim_env(natives, region, FAKE_CUDA_MEM=str(PHYSICAL)))
+    probes.append(p)
+    p.ok("init")
+    p.ok(f"alloc {6 * MIB}")  # the device has 2 MiB left
+    ptr, pitch = p.ok("pitch 1000 4096")  # 1024 x 4096 = 4 MiB: spilled
+    assert int(pitch) == 1024  # rows padded to 512 bytes, as the fake pads its own
+    usage = region.read().device(GPU0)
+    assert (usage.used_bytes, usage.spilled_bytes) == (10 * MIB, 4 * MIB)
+    p.ok(f"free {ptr}")
+    usage = region.read().device(GPU0)
+    assert (usage.used_bytes, usage.spilled_bytes) == (6 * MIB, 0)
+
+
+def test_without_spill_a_pitched_allocation_on_a_full_gpu_says_why(natives, make_region, probes):
+    region = make_region(limit=32 * MIB)
+    p = Probe(natives.probe, shim_env(natives, region, FAKE_CUDA_MEM=str(PHYSICAL)))
+    probes.append(p)
+    p.ok("init")
+    p.ok(f"alloc {6 * MIB}")
+    assert p.err("pitch 1000 4096") == OOM
+    assert region.read().device(GPU0).used_bytes == 6 * MIB
+    assert "the GPU itself is full (spill to host is off)" in p.stderr()

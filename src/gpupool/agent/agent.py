@@ -71,6 +71,8 @@ from gpupool.gpu.context import ContextReserves
 from gpupool.gpu.health import HealthTracker
 from gpupool.gpu.simulated import LOAD_ENV, parse_synthetic_load
 from gpupool.runtime.isolation import (
+    MPS_MODES,
+    SHIM_MODES,
     IsolationUnavailable,
     SliceContext,
     SliceDevice,
@@ -79,7 +81,8 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.mps import MpsDaemon
-from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation
+from gpupool.runtime.shim import MIB, Region, RegionError, ShimIsolation, real_driver
+from gpupool.runtime.shimreserve import CACHE_NAME, ShimReserves
 from gpupool.runtime.watchdog import MemoryWatchdog
 from gpupool.schemas.agent import (
     AssignmentSpec,
@@ -203,6 +206,12 @@ class Agent(GpuRules):
         )
         if self.shim_refused is not None and self.devices:
             log.info("isolation shim not offered: %s", self.shim_refused)
+        self._shim_reserve: dict[str, int] = {}  # device -> context reserve (bytes) for regions
+        driver = real_driver()
+        if self.shim_refused is None and driver is not None:
+            self._shim_reserve = ShimReserves(config.state_dir / CACHE_NAME, driver).for_devices(
+                d.uuid for d in self.devices if d.mig_parent is None
+            )
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -238,6 +247,7 @@ class Agent(GpuRules):
                 data.get("isolation"),
                 checkpoint_dir=data.get("checkpoint_dir"),
                 local_reason=data.get("local_reason"),
+                isolation_reason=data.get("isolation_reason"),
                 local_stop=data.get("local_stop"),
                 uid=data.get("uid"),
                 shim_region=data.get("shim_region"),
@@ -335,7 +345,7 @@ class Agent(GpuRules):
                     local_stop=r.local_stop,
                     checkpoint_time=newest_mtime(r.checkpoint_dir),
                     spilled_bytes=shim_spilled(r),
-                )
+                ).model_copy(update={"isolation_reason": (r.isolation_reason or "")[:2000] or None})
             )
         verdicts = self._stuck_verdicts(self.health.update(telemetry), listed)
         return HeartbeatRequest(
@@ -452,6 +462,7 @@ class Agent(GpuRules):
             soft_hook_dir=SOFT_HOOK_DIR,
             reserve_mib=max((self._reserve.get(u, 0) for u in a.device_uuids), default=0),
             spill=a.memory_oversubscription == "spill",
+            shim_reserve_bytes=self._shim_reserve,
         )
         checkpoint_dir = a.checkpoint_dir or str(self.checkpoint_root / a.job_id)
         replica = Replica(a, None, checkpoint_dir=checkpoint_dir)
@@ -468,7 +479,7 @@ class Agent(GpuRules):
                 ctx, mps_refused=mpsplan.conflict(self._mps_tenants(), replica.uid, a.device_uuids)
             )
             replica.isolation = resolve(a.isolation, ctx)
-            if replica.isolation == "mps":
+            if replica.isolation in MPS_MODES:
                 problem = self._limit_mps_server(replica)
                 if problem is not None:  # auto falls back; an explicit mps is refused
                     replica.isolation = resolve(a.isolation, replace(ctx, mps_refused=problem))
@@ -476,13 +487,16 @@ class Agent(GpuRules):
                 ienv = isolation_env(replica.isolation, ctx)  # the shim's region is made here
             except (RegionError, OSError) as exc:  # auto falls back; an explicit shim is refused
                 why = f"the node could not create the CUDA shim's slice region ({exc})"
-                if replica.isolation != "shim" or a.isolation != "auto":
+                if replica.isolation not in SHIM_MODES or a.isolation != "auto":
                     raise IsolationUnavailable(
                         f"isolation {replica.isolation} was requested but {why}: fix the "
                         "node's GPUPOOL_SHIM_REGIONS folder or submit with isolation auto"
                     ) from None
-                replica.isolation = "soft"  # the next in auto's order after mps and shim
-                replica.local_reason = f"isolation soft instead of shim: {why}"
+                # The next in auto's order without the shim: mps (from mps+shim), else soft.
+                fallback = "mps" if replica.isolation == "mps+shim" else "soft"
+                replica.local_reason = f"isolation {fallback} instead of {replica.isolation}: {why}"
+                replica.isolation_reason = replica.local_reason
+                replica.isolation = fallback
                 ienv = isolation_env(replica.isolation, ctx)
             replica.shim_region = self._shim_region_of(ienv)
             own = self.config.state_dir / "work" / a.job_id
@@ -707,6 +721,7 @@ class Agent(GpuRules):
             "isolation": replica.isolation,
             "checkpoint_dir": replica.checkpoint_dir,
             "local_reason": replica.local_reason,
+            "isolation_reason": replica.isolation_reason,
             "local_stop": replica.local_stop,
             "uid": replica.uid,
             "shim_region": replica.shim_region,

@@ -44,6 +44,7 @@ from gpupool.control.machinery.clock import Clock
 from gpupool.domain.nodes import DeviceHealth
 from gpupool.gpu.base import Telemetry
 from gpupool.gpu.health import HealthVerdict
+from gpupool.runtime.isolation import MPS_MODES, SHIM_MODES
 from gpupool.runtime.mps import MpsDaemon
 from gpupool.runtime.shim import MIB, Region, RegionError, RegionSnapshot, ShimIsolation
 from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pressure_victims
@@ -64,6 +65,7 @@ class Replica:
     observed: Observed | None = None
     local_reason: str | None = None  # why the agent itself stopped or signalled it
     local_stop: str | None = None  # the stop reason that goes with it (memory, pressure)
+    isolation_reason: str | None = None  # why its mode is weaker than given (reported running)
     checkpoint_dir: str | None = None
     uid: int | None = None  # the Unix user its processes run as
     mps_verified: bool = False  # an MPS replica's process was seen attached to a server
@@ -119,7 +121,7 @@ class GpuRules:
         }
         usage = with_device_totals(usage, telemetry, foreign, running)
         for key, r in self.replicas.items():
-            if r.isolation == "shim" and r.shim_snapshot is not None:
+            if r.isolation in SHIM_MODES and r.shim_snapshot is not None:
                 usage[key] = shim_usage_mib(r.shim_snapshot)  # exact, from the region
         watched = []
         for key, r in self.replicas.items():
@@ -238,7 +240,7 @@ class GpuRules:
                 r.assignment.memory_mib_per_device,
             )
             for r in self.replicas.values()
-            if r.isolation == "mps"
+            if r.isolation in MPS_MODES
             and r.uid is not None
             and (uid is None or r.uid == uid)
             and (r.observed is None or r.observed.status in (STARTING, RUNNING))
@@ -261,7 +263,7 @@ class GpuRules:
             return
         clients: set[int] | None = None
         for key, r in self.replicas.items():
-            if r.isolation != "mps" or r.mps_verified:
+            if r.isolation not in MPS_MODES or r.mps_verified:
                 continue
             mine = {pid for per in listed.values() for pid, owner in per.items() if owner == key}
             if not mine:
@@ -271,12 +273,22 @@ class GpuRules:
             if mine & clients:
                 r.mps_verified = True
                 continue
-            r.isolation = "soft"  # what still holds: the framework caps and the watchdog
+            if r.isolation == "mps+shim":  # the shim's memory limit holds; it paces instead
+                r.isolation = "shim"
+                still = "the CUDA shim's memory limit holds and it now paces the compute share"
+                region = self._region(r.shim_region) if r.shim_region is not None else None
+                if region is not None:
+                    for uuid in r.assignment.device_uuids:
+                        region.set_share(uuid, max(1, min(1000, r.assignment.milli_per_device)))
+            else:
+                r.isolation = "soft"  # what still holds: the framework caps and the watchdog
+                still = "watched as soft isolation"
             r.local_reason = (
                 f"running without MPS: its GPU processes {sorted(mine)} are no MPS server's "
                 "clients (the daemon restarted, or its pipe was unreachable), so no MPS limit "
-                "holds; watched as soft isolation"
+                f"holds; {still}"
             )
+            r.isolation_reason = r.local_reason
             self._save_assignment(key, r)
             log.warning("%s: %s", key, r.local_reason)
 
@@ -308,7 +320,7 @@ class GpuRules:
 
     def _reported_isolation(self, r: Replica) -> str | None:
         """``shim`` only once a process attached to the region; nothing before."""
-        if r.isolation == "shim" and not r.shim_attached:
+        if r.isolation in SHIM_MODES and not r.shim_attached:
             return None
         return r.isolation
 
@@ -328,7 +340,7 @@ class GpuRules:
         now = self.clock.monotonic()
         for key, r in self.replicas.items():
             if (
-                r.isolation != "shim"
+                r.isolation not in SHIM_MODES
                 or r.shim_region is None
                 or r.observed is None
                 or r.observed.status != RUNNING
@@ -368,13 +380,17 @@ class GpuRules:
                 if on_gpu
                 else f"it has run {self.config.shim_attach_deadline_s:.0f}s"
             )
-            r.isolation = "soft"  # what still holds: the NVML watchdog
+            # What still holds: MPS where it served it too, else the NVML watchdog.
+            r.isolation = "mps" if r.isolation == "mps+shim" else "soft"
+            still = (
+                "MPS's limits still hold" if r.isolation == "mps" else "watched as soft isolation"
+            )
             r.local_reason = (
                 f"running without the CUDA shim: {why} but none of its processes attached to "
                 "its slice region (a static binary, a cleared environment or a reset "
-                "LD_LIBRARY_PATH bypasses the shim), so no shim limit holds; watched as soft "
-                "isolation"
+                f"LD_LIBRARY_PATH bypasses the shim), so no shim limit holds; {still}"
             )
+            r.isolation_reason = r.local_reason
             self._save_assignment(key, r)
             log.warning("%s: %s", key, r.local_reason)
 
@@ -393,7 +409,7 @@ class GpuRules:
 
 def shim_spilled(r: Replica) -> dict[str, int] | None:
     """Bytes per device a shim replica's processes hold in host memory (spill), as last read."""
-    if r.shim_snapshot is None or r.isolation != "shim":
+    if r.shim_snapshot is None or r.isolation not in SHIM_MODES:
         return None
     return {d.uuid: d.spilled_bytes for d in r.shim_snapshot.devices}
 

@@ -32,6 +32,7 @@ class IsolationMode(enum.Enum):
     - ``mig``: the job runs on a MIG instance.
     - ``shim``: gpupool's CUDA driver shim holds every process to the slice's memory and SM
       share (any CUDA program; see docs/shim.md).
+    - ``mps+shim``: MPS for the SM share, the shim for each replica's memory limit.
     - ``auto``: the strongest mode the node offers for this slice.
     """
 
@@ -41,6 +42,7 @@ class IsolationMode(enum.Enum):
     SOFT = "soft"
     MIG = "mig"
     SHIM = "shim"
+    MPS_SHIM = "mps+shim"
 
 
 class RequeuePolicy(enum.Enum):

@@ -10,13 +10,16 @@ chains). For one replica's slice (:class:`SliceContext`) a mode says whether it 
 | ``mig`` | hardware partition: own SMs, memory and cache | devices that are MIG instances |
 | ``exclusive`` | whole devices, nobody else on them | a whole-device slice |
 | ``mps`` | hard SM share and pinned memory limit (NVIDIA MPS) | a running MPS control daemon |
+| ``mps+shim`` | MPS's SM share, the shim's memory limit per replica | both of the above |
 | ``shim`` | any CUDA program held to the slice's memory and SM share | a driver, a C compiler |
 | ``soft`` | framework memory caps + NVML watchdog | nothing (best effort) |
 
 ``auto`` walks :data:`AUTO_ORDER`, strongest first, and takes the first mode that supports the
-slice: a fractional slice gets ``mps`` where the node runs MPS, else ``shim`` where the shim can
-be built and a real driver exists, else ``soft``. MPS and the shim are not combined yet (the
-shim could add the memory limit per process tree that MPS lacks): a replica gets one mode.
+slice: a fractional slice gets ``mps+shim`` where the node runs MPS and can run the shim, else
+``mps``, else ``shim``, else ``soft``. Under ``mps+shim`` MPS's active-thread percentage does
+the compute share (the shim's pacing is off: the region's share is 1000) and the shim holds each
+replica to its own memory limit: MPS's pinned-memory limit is per MPS server, that is per Unix
+user, so it cannot tell two replicas of one user apart.
 An explicitly requested mode that cannot be enforced is refused with a reason (the job
 then fails to boot with that reason) rather than silently weakened.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpupool.domain.errors import GpupoolError
@@ -57,7 +60,9 @@ class SliceContext:
     folder holding the interpreter start hook. ``spill`` is the pool's memory oversubscription
     choice (the shim serves such allocations from host memory). ``reserve_mib`` is the CUDA
     context reserve of the devices' model (MiB a process holds beyond what its framework
-    allocates).
+    allocates). ``shim_reserve_bytes`` is, per device UUID, what a process's first context
+    takes there as the agent measured it (:mod:`gpupool.runtime.shimreserve`): the shim
+    charges it to the slice.
     """
 
     devices: tuple[SliceDevice, ...]
@@ -69,6 +74,7 @@ class SliceContext:
     mps_refused: str | None = None
     reserve_mib: int = 0
     spill: bool = False  # an allocation that fits the slice but not the GPU goes to host memory
+    shim_reserve_bytes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def whole(self) -> bool:
@@ -176,6 +182,25 @@ def framework_caps(ctx: SliceContext, *, hard: bool) -> dict[str, str]:
     return env
 
 
+class MpsShim:
+    """MPS for compute, the CUDA shim for each replica's memory limit (pacing off)."""
+
+    name = "mps+shim"
+
+    def supports(self, ctx: SliceContext) -> str | None:
+        return Mps().supports(ctx) or ShimIsolation().supports(ctx)
+
+    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+        env = Mps().job_env(ctx)
+        env.update(ShimIsolation().job_env(ctx, pace=False))
+        return env
+
+
+#: Modes under which MPS serves the replica, and those under which the shim holds it.
+MPS_MODES = frozenset({"mps", "mps+shim"})
+SHIM_MODES = frozenset({"shim", "mps+shim"})
+
+
 class Soft:
     name = "soft"
 
@@ -195,10 +220,11 @@ MODES: dict[str, IsolationMode] = {
         Mps(),
         Soft(),
         ShimIsolation(),
+        MpsShim(),
     )
 }
 #: The order ``auto`` tries, strongest guarantee first.
-AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps", "shim", "soft")
+AUTO_ORDER: tuple[str, ...] = ("mig", "exclusive", "mps+shim", "mps", "shim", "soft")
 
 
 def resolve(requested: str, ctx: SliceContext) -> str | None:
@@ -232,5 +258,5 @@ def isolation_env(mode: str | None, ctx: SliceContext) -> Mapping[str, str]:
 
 def offered_modes(*, mps: bool, mig: bool, shim: bool = False) -> list[str]:
     """Modes a node offers, for its registration."""
-    have = {"mps": mps, "mig": mig, "shim": shim}
+    have = {"mps": mps, "mig": mig, "shim": shim, "mps+shim": mps and shim}
     return [m for m in AUTO_ORDER if have.get(m, True)]

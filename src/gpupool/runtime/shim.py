@@ -432,7 +432,8 @@ class ShimIsolation:
         if path is not None:
             path.unlink(missing_ok=True)
 
-    def job_env(self, ctx: SliceContext) -> dict[str, str]:
+    def job_env(self, ctx: SliceContext, *, pace: bool = True) -> dict[str, str]:
+        """``pace=False`` leaves compute alone (share 1000): under ``mps+shim`` MPS does it."""
         driver = real_driver()
         if driver is None:  # supports() said so first; the node changed since
             raise RegionError("the CUDA driver is gone from this node")
@@ -446,7 +447,10 @@ class ShimIsolation:
             DeviceSlice(
                 uuid=d.uuid,
                 mem_limit_bytes=ctx.memory_mib * MIB,
-                sm_share_permille=min(NO_CAP_PERMILLE, max(1, ctx.milli)),
+                sm_share_permille=min(NO_CAP_PERMILLE, max(1, ctx.milli))
+                if pace
+                else NO_CAP_PERMILLE,
+                context_reserve_bytes=ctx.shim_reserve_bytes.get(d.uuid, 0),
                 spill=ctx.spill,
             )
             for d in ctx.devices

@@ -49,7 +49,7 @@ from gpupool.schemas.base import WireModel
 OVERSUBSCRIPTION = ("fail", "spill")
 
 #: Isolation modes an agent may offer (same names as ``gpupool.domain.jobs.IsolationMode``).
-ISOLATION_MODES = ("exclusive", "mps", "soft", "mig", "shim")
+ISOLATION_MODES = ("exclusive", "mps", "soft", "mig", "shim", "mps+shim")
 
 
 class DeviceInfo(WireModel):
@@ -170,6 +170,12 @@ class ReplicaStatus(WireModel):
     stop_reason: StopReason | None = None
     isolation: str | None = Field(default=None, description="mode actually enforced")
     reason: str | None = Field(default=None, max_length=2000)
+    isolation_reason: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="while it runs: why the mode enforced is weaker than the one it was given "
+        "(it escaped the CUDA shim, lost MPS, its shim region could not be made)",
+    )
     checkpoint_time: float | None = Field(
         default=None, description="when the job last reported a checkpoint (epoch seconds)"
     )

@@ -34,6 +34,11 @@ int main(int argc, char **argv) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
     CUresult (*sync)(void);
+    CUresult (*glaunch)(CUgraphExec, CUstream);
+    CUresult (*gcreate)(CUgraph *, unsigned);
+    CUresult (*gallocnode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                           CUDA_MEM_ALLOC_NODE_PARAMS *);
+    CUresult (*ginst)(CUgraphExec *, CUgraph, unsigned long long);
     gpa("cuInit", (void **)&init, 12000, 0, &st);
     gpa("cuDeviceGet", (void **)&devget, 12000, 0, &st);
     gpa("cuDevicePrimaryCtxRetain", (void **)&retain, 12000, 0, &st);
@@ -43,6 +48,10 @@ int main(int argc, char **argv) {
     gpa("cuMemGetInfo", (void **)&info, 12000, 0, &st);
     gpa("cuLaunchKernel", (void **)&launch, 12000, 0, &st);
     gpa("cuCtxSynchronize", (void **)&sync, 12000, 0, &st);
+    gpa("cuGraphLaunch", (void **)&glaunch, 12000, 0, &st);
+    gpa("cuGraphCreate", (void **)&gcreate, 12000, 0, &st);
+    gpa("cuGraphAddMemAllocNode", (void **)&gallocnode, 12000, 0, &st);
+    gpa("cuGraphInstantiateWithFlags", (void **)&ginst, 12000, 0, &st);
     CUresult (*version)(int *) = (CUresult(*)(int *))dlsym(lib, "cuDriverGetVersion");
     CUdevice d;
     CUcontext c;
@@ -76,5 +85,31 @@ int main(int argc, char **argv) {
     }
     sync();
     printf("cuLaunchKernel %.1f\n", (now() - t) / (double)k);
+
+    /* A graph without memory nodes (the fake reads a 0 ns duration through the handle). */
+    t = now();
+    for (long i = 0; i < k; i++) {
+        glaunch((CUgraphExec)(void *)&dur, NULL);
+        if (i % 64 == 63) sync();
+    }
+    sync();
+    printf("cuGraphLaunch %.1f\n", (now() - t) / (double)k);
+
+    /* A graph with a 1 MiB mem-alloc node: its memory is checked and settled per launch. */
+    CUgraph g;
+    CUgraphNode node;
+    CUgraphExec e;
+    CUDA_MEM_ALLOC_NODE_PARAMS np = {0};
+    np.poolProps.allocType = 1;
+    np.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    np.bytesize = 1 << 20;
+    if (gcreate(&g, 0) || gallocnode(&node, g, NULL, 0, &np) || ginst(&e, g, 0)) return 4;
+    t = now();
+    for (long i = 0; i < k; i++) {
+        glaunch(e, NULL);
+        if (i % 64 == 63) sync();
+    }
+    sync();
+    printf("cuGraphLaunch_with_graph_memory %.1f\n", (now() - t) / (double)k);
     return 0;
 }

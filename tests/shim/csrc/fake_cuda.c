@@ -5,11 +5,18 @@
  * a sleep to its end, kinder to a shared machine) and appends a record of it to FAKE_CUDA_LOG.
  *
  * Environment: FAKE_CUDA_DEVICES (count, default 1), FAKE_CUDA_MEM (physical bytes per device
- * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records).
+ * and process, default 80 GiB), FAKE_CUDA_LOG (a file for kernel records), FAKE_CUDA_CTX_BYTES
+ * (device memory a process's first context on a device takes, as a real context does: default 0).
  * A kernel's duration in ns is the uint64 its first kernel parameter points to; a graph's is
  * the uint64 its CUgraphExec handle points to. Device i's UUID is "gpupoolfakegpu" + {0, i},
  * unless CUDA_VISIBLE_DEVICES lists GPU UUIDs (as gpupool's agent sets it): then, like the real
- * driver, the devices are those, in that order, with those UUIDs. */
+ * driver, the devices are those, in that order, with those UUIDs.
+ *
+ * Graph memory: a graph's mem-alloc nodes (cuGraphAddMemAllocNode, cuGraphAddNode, cuMemAllocAsync
+ * under stream capture) are mapped from the device's graph memory pool at cuGraphUpload or
+ * cuGraphLaunch (the pool grows to the largest graph's need and keeps it until
+ * cuDeviceGraphMemTrim); the graph frees them at its end. Mipmapped arrays take the sum of their
+ * levels, each rounded up to 512 bytes. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -53,6 +60,7 @@ struct CUmemPoolHandle_st {
 #define POOL_STEP (2ull << 20)
 
 static struct CUctx_st g_primary[MAXDEV];
+static int g_ctx_taken[MAXDEV]; /* this process's first context on the device took its memory */
 static struct CUmemPoolHandle_st g_pools[MAXDEV];
 static __thread CUcontext g_current;
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -169,6 +177,45 @@ static CUresult give(CUdeviceptr p) {
         pthread_mutex_unlock(&g_mem_lock);
     }
     free(b);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- graphs and their memory */
+struct CUgraph_st {
+    uint64_t alloc[MAXDEV]; /* bytes its mem-alloc nodes take per device */
+};
+/* An instantiated graph: the duration first, as cuGraphLaunch reads it (the probe also passes a
+ * plain uint64 duration as a CUgraphExec: such a handle is not in g_execs). */
+struct gexec {
+    uint64_t dur;
+    struct gexec *next;
+    uint64_t alloc[MAXDEV];
+};
+static struct gexec *g_execs;
+static uint64_t g_graph_reserved[MAXDEV];
+static __thread CUgraph g_capture; /* the graph this thread's stream capture records into */
+static uint64_t g_graph_va = 0x7e0000000000ull; /* addresses handed to alloc nodes */
+
+static struct gexec *as_exec(void *h) {
+    for (struct gexec *e = g_execs; e; e = e->next)
+        if ((void *)e == h) return e;
+    return NULL;
+}
+
+/* Maps what the graph needs from the device's graph pool. */
+static CUresult graph_map(struct gexec *e) {
+    pthread_mutex_lock(&g_mem_lock);
+    for (int d = 0; d < MAXDEV; d++) {
+        if (e->alloc[d] <= g_graph_reserved[d]) continue;
+        uint64_t grow = e->alloc[d] - g_graph_reserved[d];
+        if (g_used[d] + grow > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[d] += grow;
+        g_graph_reserved[d] = e->alloc[d];
+    }
+    pthread_mutex_unlock(&g_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -333,8 +380,25 @@ API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
     *b = (size_t)phys();
     return CUDA_SUCCESS;
 }
+/* A process's first context on a device takes FAKE_CUDA_CTX_BYTES of it, held until the end. */
+static CUresult ctx_take(CUdevice d) {
+    const char *e = getenv("FAKE_CUDA_CTX_BYTES");
+    uint64_t cost = e ? strtoull(e, NULL, 10) : 0;
+    pthread_mutex_lock(&g_mem_lock);
+    if (!g_ctx_taken[d]) {
+        if (g_used[d] + cost > phys()) {
+            pthread_mutex_unlock(&g_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_used[d] += cost;
+        g_ctx_taken[d] = 1;
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_take(d) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     g_primary[d].dev = d;
     *c = &g_primary[d];
     return CUDA_SUCCESS;
@@ -345,6 +409,7 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 }
 static CUresult ctx_new(CUcontext *c, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx_take(d) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     *c = malloc(sizeof **c);
     (*c)->dev = d;
     g_current = *c;
@@ -410,9 +475,20 @@ API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned f) {
     return take(p, bytes, -1);
 }
 API CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
+static CUresult alloc_node(CUgraphNode *node, CUgraph g, CUDA_MEM_ALLOC_NODE_PARAMS *p);
 API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
     (void)s;
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (g_capture) { /* captured: a mem-alloc node of the graph, nothing allocated now */
+        CUDA_MEM_ALLOC_NODE_PARAMS a;
+        memset(&a, 0, sizeof a);
+        a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        a.poolProps.location.id = cur_dev();
+        a.bytesize = bytes;
+        CUresult rc = alloc_node(NULL, g_capture, &a);
+        if (rc == CUDA_SUCCESS) *p = a.dptr;
+        return rc;
+    }
     return pool_take(p, bytes, &g_pools[cur_dev()]);
 }
 API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s) {
@@ -429,6 +505,7 @@ API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemory
 }
 API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     (void)s;
+    if (g_capture) return CUDA_SUCCESS; /* a mem-free node of the graph */
     return give(p);
 }
 API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
@@ -600,7 +677,168 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 }
 API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     (void)s;
+    struct gexec *e = as_exec(g);
+    if (e && graph_map(e) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     return launch(NULL, g ? *(uint64_t *)g : 0, 1);
+}
+API CUresult cuGraphUpload(CUgraphExec g, CUstream s) {
+    (void)s;
+    struct gexec *e = as_exec(g);
+    return e ? graph_map(e) : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuGraphUpload_ptsz(CUgraphExec g, CUstream s) { return cuGraphUpload(g, s); }
+API CUresult cuGraphCreate(CUgraph *g, unsigned f) {
+    (void)f;
+    *g = calloc(1, sizeof **g);
+    return CUDA_SUCCESS;
+}
+API CUresult cuGraphDestroy(CUgraph g) {
+    free(g);
+    return CUDA_SUCCESS;
+}
+static CUresult alloc_node(CUgraphNode *node, CUgraph g, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    if (!g || !p || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    int d = p->poolProps.location.id;
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_mem_lock);
+    g->alloc[d] += p->bytesize;
+    p->dptr = g_graph_va;
+    g_graph_va += (p->bytesize + 0xfffff) & ~0xfffffull;
+    pthread_mutex_unlock(&g_mem_lock);
+    if (node) *node = (CUgraphNode)(uintptr_t)p->dptr;
+    return CUDA_SUCCESS;
+}
+API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                    CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    (void)deps, (void)n;
+    return alloc_node(node, g, p);
+}
+API CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                   CUdeviceptr dptr) {
+    (void)deps, (void)n, (void)dptr; /* the fake frees a graph's memory at its end anyway */
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    if (node) *node = (CUgraphNode)(uintptr_t)2;
+    return CUDA_SUCCESS;
+}
+API CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                            CUgraphNodeParams *p) {
+    (void)deps, (void)n;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return alloc_node(node, g, &p->u.alloc);
+    if (node) *node = (CUgraphNode)(uintptr_t)1;
+    return CUDA_SUCCESS;
+}
+static CUresult instantiate(CUgraphExec *out, CUgraph g) {
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    struct gexec *e = calloc(1, sizeof *e);
+    memcpy(e->alloc, g->alloc, sizeof e->alloc);
+    pthread_mutex_lock(&g_mem_lock);
+    e->next = g_execs;
+    g_execs = e;
+    pthread_mutex_unlock(&g_mem_lock);
+    *out = (CUgraphExec)(void *)e;
+    return CUDA_SUCCESS;
+}
+API CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f) {
+    (void)f;
+    return instantiate(e, g);
+}
+API CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, void *p) {
+    (void)p;
+    return instantiate(e, g);
+}
+API CUresult cuGraphExecDestroy(CUgraphExec g) {
+    pthread_mutex_lock(&g_mem_lock);
+    for (struct gexec **p = &g_execs; *p; p = &(*p)->next)
+        if ((void *)*p == (void *)g) {
+            struct gexec *e = *p;
+            *p = e->next;
+            free(e);
+            break;
+        }
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGraphMemTrim(CUdevice d) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    sync_all(); /* what graphs allocated they freed at their end: the whole reserve goes */
+    pthread_mutex_lock(&g_mem_lock);
+    g_used[d] -= g_graph_reserved[d];
+    g_graph_reserved[d] = 0;
+    pthread_mutex_unlock(&g_mem_lock);
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
+    if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_mem_lock);
+    uint64_t v = attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH
+                     ? g_graph_reserved[d]
+                     : 0;
+    pthread_mutex_unlock(&g_mem_lock);
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)s, (void)mode;
+    if (g_capture) return CUDA_ERROR_INVALID_VALUE;
+    g_capture = calloc(1, sizeof *g_capture);
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    (void)s;
+    if (!g_capture) return CUDA_ERROR_INVALID_VALUE;
+    *g = g_capture;
+    g_capture = NULL;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, cuuint64_t *id, CUgraph *g,
+                                       const CUgraphNode **deps, size_t *n) {
+    (void)s;
+    if (status) *status = g_capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id) *id = (cuuint64_t)(uintptr_t)g_capture;
+    if (g) *g = g_capture;
+    if (deps) *deps = NULL;
+    if (n) *n = 0;
+    return CUDA_SUCCESS;
+}
+
+struct CUmipmappedArray_st {
+    size_t bytes;
+};
+API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    size_t w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1, bytes = 0;
+    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+        bytes += (w * h * z * d->NumChannels * fmt_bytes(d->Format) + 511) / 512 * 512;
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : 1;
+        z = z > 1 ? z / 2 : 1;
+    }
+    pthread_mutex_lock(&g_mem_lock);
+    if (g_used[cur_dev()] + bytes > phys()) {
+        pthread_mutex_unlock(&g_mem_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_used[cur_dev()] += bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    *m = malloc(sizeof **m);
+    (*m)->bytes = bytes;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUmipmappedArray m,
+                                                   CUdevice d) {
+    (void)d;
+    memset(r, 0, sizeof *r);
+    r->size = m->bytes;
+    r->alignment = 512;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+    pthread_mutex_lock(&g_mem_lock);
+    g_used[cur_dev() < 0 ? 0 : cur_dev()] -= m->bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    free(m);
+    return CUDA_SUCCESS;
 }
 API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
 

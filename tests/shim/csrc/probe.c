@@ -61,6 +61,18 @@ static CUresult (*p_graph)(CUgraphExec, CUstream);
 static CUresult (*p_sync)(void);
 static CUresult (*p_ctxcreate)(CUcontext *, unsigned, CUdevice);
 static CUresult (*p_name)(char *, int, CUdevice);
+static CUresult (*p_gcreate)(CUgraph *, unsigned);
+static CUresult (*p_gallocnode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *);
+static CUresult (*p_gaddnode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+static CUresult (*p_capbegin)(CUstream, int);
+static CUresult (*p_capend)(CUstream, CUgraph *);
+static CUresult (*p_ginst)(CUgraphExec *, CUgraph, unsigned long long);
+static CUresult (*p_gupload)(CUgraphExec, CUstream);
+static CUresult (*p_gexecdel)(CUgraphExec);
+static CUresult (*p_gtrim)(CUdevice);
+static CUresult (*p_mipmap)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+static CUresult (*p_mipdel)(CUmipmappedArray);
 
 static void resolve(void) {
     p_init = get("cuInit", "cuInit");
@@ -89,6 +101,17 @@ static void resolve(void) {
     p_sync = get("cuCtxSynchronize", "cuCtxSynchronize");
     p_ctxcreate = get("cuCtxCreate", "cuCtxCreate_v2");
     p_name = get("cuDeviceGetName", "cuDeviceGetName");
+    p_gcreate = get("cuGraphCreate", "cuGraphCreate");
+    p_gallocnode = get("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode");
+    p_gaddnode = get("cuGraphAddNode", "cuGraphAddNode");
+    p_capbegin = get("cuStreamBeginCapture", "cuStreamBeginCapture_v2");
+    p_capend = get("cuStreamEndCapture", "cuStreamEndCapture");
+    p_ginst = get("cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags");
+    p_gupload = get("cuGraphUpload", "cuGraphUpload");
+    p_gexecdel = get("cuGraphExecDestroy", "cuGraphExecDestroy");
+    p_gtrim = get("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim");
+    p_mipmap = get("cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
+    p_mipdel = get("cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy");
 }
 
 static uint64_t now_ns(void) {
@@ -306,6 +329,58 @@ int main(int argc, char **argv) {
             fflush(stdout);
             execv("/proc/self/exe", argv);
             printf("err exec\n");
+        } else if (!strcmp(cmd, "graphnode") || !strcmp(cmd, "graphaddnode")) {
+            /* graphnode BYTES [GRAPH]: a mem-alloc node of BYTES on device 0, in a new graph or
+             * GRAPH; ok = the graph */
+            CUgraph g = (CUgraph)(uintptr_t)y;
+            if (!g && (rc = p_gcreate(&g, 0))) { printf("err %d\n", rc); continue; }
+            CUgraphNodeParams np;
+            memset(&np, 0, sizeof np);
+            np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            np.u.alloc.poolProps.allocType = 1;
+            np.u.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            np.u.alloc.poolProps.location.id = 0;
+            np.u.alloc.bytesize = x;
+            CUgraphNode node;
+            rc = !strcmp(cmd, "graphnode") ? p_gallocnode(&node, g, NULL, 0, &np.u.alloc)
+                                           : p_gaddnode(&node, g, NULL, 0, &np);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
+        } else if (!strcmp(cmd, "capture")) { /* capture BYTES: cuMemAllocAsync + free captured */
+            CUgraph g = NULL;
+            CUdeviceptr p = 0;
+            rc = p_capbegin(NULL, 0);
+            CUresult arc = rc ? rc : p_async(&p, x, NULL);
+            if (!arc) p_freeasync(p, NULL);
+            if (!rc) rc = p_capend(NULL, &g);
+            if (!rc) rc = arc;
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
+        } else if (!strcmp(cmd, "instantiate")) {
+            CUgraphExec e;
+            rc = p_ginst(&e, (CUgraph)(uintptr_t)x, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)e);
+        } else if (!strcmp(cmd, "upload")) {
+            rc = p_gupload((CUgraphExec)(uintptr_t)x, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "glaunch")) {
+            rc = p_graph((CUgraphExec)(uintptr_t)x, NULL);
+            if (!rc) rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "gexecdestroy")) {
+            rc = p_gexecdel((CUgraphExec)(uintptr_t)x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "trim")) {
+            CUdevice d;
+            p_devget(&d, 0);
+            rc = p_gtrim(d);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "mipmap")) { /* mipmap W H LEVELS: float, one channel */
+            CUDA_ARRAY3D_DESCRIPTOR d = {x, y, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+            CUmipmappedArray m;
+            rc = p_mipmap(&m, &d, (unsigned)z);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)m);
+        } else if (!strcmp(cmd, "destroymipmap")) {
+            rc = p_mipdel((CUmipmappedArray)(uintptr_t)x);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
         } else if (!strcmp(cmd, "exit")) {
             printf("ok\n");
             return 0;

@@ -61,7 +61,7 @@ WIRE_STOP_REASON: dict[str, StopReason] = {
 
 
 #: Isolation modes a job's record may say it got (anything else is not recorded).
-_ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim")
+_ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim", "mps+shim")
 
 
 def _kill_at_once(assignment_ids: Iterable[str], epoch: int) -> list[StopOrder]:
@@ -191,6 +191,10 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None and job.state == JobState.CONFIGURING.value:
             move(s, job, JobState.RUNNING, now, reason=f"running on {node}")
             job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
+    if rep.isolation_reason and rep.state is ReplicaState.RUNNING:
+        job = s.get(JobModel, a.job_id)  # shown while it runs (gpupool show, the job's view)
+        if job is not None and job.state == JobState.RUNNING.value:
+            job.reason = rep.isolation_reason
     if rep.spilled_bytes:
         record_spilled(s, a.id, rep.spilled_bytes)
     if rep.checkpoint_time is not None:

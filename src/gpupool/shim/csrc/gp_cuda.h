@@ -24,6 +24,11 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -105,6 +110,46 @@ typedef struct {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+/* Memory pools and graph memory nodes (CUDA 11.4+). */
+typedef struct {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+typedef struct {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr; /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+enum { CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10 };
+/* cuGraphAddNode's generic parameters (CUDA 12.2+): the type, then a union of every node kind. */
+typedef struct {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+    } u;
+    long long reserved2;
+} CUgraphNodeParams;
+enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+};
+enum { CU_STREAM_CAPTURE_STATUS_NONE = 0, CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 };
 
 /* Managed memory. */
 enum { CU_MEM_ATTACH_GLOBAL = 1 };

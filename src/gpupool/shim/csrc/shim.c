@@ -52,6 +52,13 @@ static struct {
     CUresult (*cuArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice);
     CUresult (*cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
     CUresult (*cuMemPoolGetAttribute)(CUmemoryPool, int, void *);
+    CUresult (*cuDeviceGetGraphMemAttribute)(CUdevice, int, void *);
+    CUresult (*cuStreamGetCaptureInfo_v2)(CUstream, int *, cuuint64_t *, CUgraph *,
+                                          const CUgraphNode **, size_t *);
+    CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, int *, cuuint64_t *, CUgraph *,
+                                          const CUgraphNode **, const CUgraphEdgeData **, size_t *);
+    CUresult (*cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *,
+                                                      CUmipmappedArray, CUdevice);
 } R;
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
@@ -92,7 +99,20 @@ static struct {
     X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0, 1) \
     X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1, 1) \
     X(cuGraphLaunch, "cuGraphLaunch", 10000, 0, 1)                   \
-    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1, 1)
+    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1, 1)              \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0, 1) \
+    X(cuGraphAddNode, "cuGraphAddNode", 12020, 0, 1)                 \
+    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030, 0, 0)              \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0, 1) \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0, 1) \
+    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, 1, 1) \
+    X(cuGraphUpload, "cuGraphUpload", 11010, 0, 1)                   \
+    X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, 1, 1)              \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0, 1)         \
+    X(cuGraphDestroy, "cuGraphDestroy", 10000, 0, 1)                 \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0, 1)     \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0, 1)  \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, 1)
 
 enum {
 #define X(n, b, v, p, r) H_##n,
@@ -136,6 +156,12 @@ static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
 #define GP_MAX_ORDINALS 64
 static atomic_int g_dev_index[GP_MAX_ORDINALS]; /* 0: unknown, -1: not in the region, else di+1 */
 static atomic_int g_ctx_charged[GP_MAX_DEVICES];
+static atomic_int g_di_dev[GP_MAX_DEVICES]; /* a CUdevice ordinal + 1 of region device di, 0: unseen */
+/* Graph memory (see cuGraphAddMemAllocNode below): the reserve charged per device, whether any
+ * graph memory was seen (launches settle only then), and the lock of both. */
+static uint64_t g_graph_charged[GP_MAX_DEVICES];
+static atomic_int g_graph_seen;
+static pthread_mutex_t g_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void gp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void gp_log(const char *fmt, ...) {
@@ -160,7 +186,15 @@ static uint64_t mono_ns(void) {
 
 /* ---------------------------------------------------------------- allocations of this process */
 
-enum { K_MEM = 1, K_VMM = 2, K_ARRAY = 3, K_POOL = 4 /* counted through its pool */ };
+enum {
+    K_MEM = 1,
+    K_VMM = 2,
+    K_ARRAY = 3,
+    K_POOL = 4,    /* counted through its pool */
+    K_MIPMAP = 5,
+    K_GRAPH = 16,  /* + di: a graph's alloc-node bytes on device di (an estimate, not charged) */
+    K_GEXEC = 48,  /* + di: the same for an instantiated graph */
+};
 struct gp_entry {
     struct gp_entry *next;
     uint64_t key;
@@ -202,6 +236,25 @@ static struct gp_entry *table_take(uint64_t key, int kind) {
     if (e) *p = e->next;
     pthread_mutex_unlock(&g_table_lock);
     return e;
+}
+
+/* Adds bytes to the entry (creating it): the graph-memory estimates, never charged themselves. */
+static void table_add(uint64_t key, int kind, uint64_t bytes, int di) {
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = g_table[bucket(key, kind)];
+    while (e && !(e->key == key && e->kind == kind)) e = e->next;
+    if (e) e->bytes += bytes;
+    pthread_mutex_unlock(&g_table_lock);
+    if (!e) table_put(key, kind, bytes, di, 0);
+}
+
+static uint64_t table_get(uint64_t key, int kind) {
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = g_table[bucket(key, kind)];
+    while (e && !(e->key == key && e->kind == kind)) e = e->next;
+    uint64_t bytes = e ? e->bytes : 0;
+    pthread_mutex_unlock(&g_table_lock);
+    return bytes;
 }
 
 /* ---------------------------------------------------------------- slots and devices */
@@ -252,6 +305,7 @@ static int dev_index(CUdevice d) {
     for (uint32_t i = 0; i < g_region->ndev; i++)
         if (memcmp(g_region->dev[i].uuid, u.bytes, 16) == 0) found = (int)i;
     atomic_store(&g_dev_index[d], found >= 0 ? found + 1 : -1);
+    if (found >= 0) atomic_store(&g_di_dev[found], d + 1);
     return found;
 }
 
@@ -274,6 +328,7 @@ static void report_oom(int di, uint64_t used, uint64_t limit, uint64_t bytes, co
 }
 
 static int pools_resettle(void);
+static int graphs_resettle(void);
 static void free_async_settle(CUdeviceptr dptr);
 
 /* Adds bytes to this process's slot if the replica stays within its limit on device di. */
@@ -295,7 +350,8 @@ static CUresult charge_once(int di, uint64_t bytes, int spilled, int no_retry) {
     if (used + bytes > limit || used + bytes < used) {
         gp_region_unlock(g_region);
         /* Pools may have given memory back since they were last looked at: count again. */
-        if (!no_retry && pools_resettle()) return charge_once(di, bytes, spilled, 1);
+        if (!no_retry && (pools_resettle() | graphs_resettle()))
+            return charge_once(di, bytes, spilled, 1);
         report_oom(di, used, limit, bytes, "");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -396,6 +452,9 @@ static void atfork_child(void) {
         g_table[b] = NULL;
     }
     for (int i = 0; i < GP_MAX_DEVICES; i++) atomic_store(&g_ctx_charged[i], 0);
+    pthread_mutex_init(&g_graph_lock, NULL); /* the parent's graph pool is not the child's */
+    memset(g_graph_charged, 0, sizeof g_graph_charged);
+    atomic_store(&g_graph_seen, 0);
     g_slot = -1;
     g_pid = getpid();
     track_reset_thread();
@@ -438,6 +497,10 @@ static void gp_init(void) {
     R.cuArrayGetMemoryRequirements = real_sym("cuArrayGetMemoryRequirements");
     R.cuDeviceGetMemPool = real_sym("cuDeviceGetMemPool");
     R.cuMemPoolGetAttribute = real_sym("cuMemPoolGetAttribute");
+    R.cuDeviceGetGraphMemAttribute = real_sym("cuDeviceGetGraphMemAttribute");
+    R.cuStreamGetCaptureInfo_v2 = real_sym("cuStreamGetCaptureInfo_v2");
+    R.cuStreamGetCaptureInfo_v3 = real_sym("cuStreamGetCaptureInfo_v3");
+    R.cuMipmappedArrayGetMemoryRequirements = real_sym("cuMipmappedArrayGetMemoryRequirements");
 
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
@@ -520,6 +583,24 @@ typedef CUresult cuLaunchCooperativeKernel_t(CUfunction, unsigned, unsigned, uns
 typedef cuLaunchCooperativeKernel_t cuLaunchCooperativeKernel_ptsz_t;
 typedef CUresult cuGraphLaunch_t(CUgraphExec, CUstream);
 typedef cuGraphLaunch_t cuGraphLaunch_ptsz_t;
+typedef CUresult cuGraphAddMemAllocNode_t(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                          CUDA_MEM_ALLOC_NODE_PARAMS *);
+typedef CUresult cuGraphAddNode_t(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                  CUgraphNodeParams *);
+typedef CUresult cuGraphAddNode_v2_t(CUgraphNode *, CUgraph, const CUgraphNode *,
+                                     const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+typedef CUresult cuGraphInstantiateWithFlags_t(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult cuGraphInstantiateWithParams_t(CUgraphExec *, CUgraph,
+                                                CUDA_GRAPH_INSTANTIATE_PARAMS *);
+typedef cuGraphInstantiateWithParams_t cuGraphInstantiateWithParams_ptsz_t;
+typedef CUresult cuGraphUpload_t(CUgraphExec, CUstream);
+typedef cuGraphUpload_t cuGraphUpload_ptsz_t;
+typedef CUresult cuGraphExecDestroy_t(CUgraphExec);
+typedef CUresult cuGraphDestroy_t(CUgraph);
+typedef CUresult cuDeviceGraphMemTrim_t(CUdevice);
+typedef CUresult cuMipmappedArrayCreate_t(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
+                                          unsigned int);
+typedef CUresult cuMipmappedArrayDestroy_t(CUmipmappedArray);
 
 /* ---------------------------------------------------------------- entry points */
 
@@ -650,15 +731,41 @@ static CUresult settle(int di, uint64_t estimate, uint64_t exact) {
     return CUDA_SUCCESS;
 }
 
+#define GP_SPILL_PITCH 512
+
 GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                    unsigned int elem) {
     NEED(cuMemAllocPitch_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
-    int di = current_dev(NULL);
+    CUdevice dev = 0;
+    int di = current_dev(&dev);
     uint64_t estimate = (uint64_t)width * height; /* the pitch is known only afterwards */
     CUresult rc = charge(di, estimate, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && di >= 0 &&
+        (atomic_load(&g_region->dev[di].flags) & GP_DEV_SPILL)) {
+        /* Spilled: managed memory with rows padded to GP_SPILL_PITCH, a multiple of every
+         * GPU's texture pitch alignment, so the pitch stays valid for 2-D copies and textures. */
+        size_t sp = (width + GP_SPILL_PITCH - 1) / GP_SPILL_PITCH * GP_SPILL_PITCH;
+        uint64_t exact = (uint64_t)sp * height;
+        if (settle(di, estimate, exact) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+        rc = spill_alloc(dptr, exact, di, dev);
+        if (rc == CUDA_SUCCESS) {
+            *pitch = sp;
+            table_put(*dptr, K_MEM, exact, di, 1);
+            return rc;
+        }
+        uncharge(di, exact, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && di >= 0) {
+        uncharge(di, estimate, 0);
+        report_oom(di, gp_region_used_locked(g_region, (uint32_t)di),
+                   atomic_load(&g_region->dev[di].mem_limit), estimate,
+                   ": the slice has room but the GPU itself is full (spill to host is off)");
+        return rc;
+    }
     if (rc != CUDA_SUCCESS) {
         uncharge(di, estimate, 0);
         return rc;
@@ -747,6 +854,29 @@ static int pools_resettle(void) {
     return fell;
 }
 
+/* The graph a stream is capturing into, or NULL. */
+static CUgraph capture_graph(CUstream s) {
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph g = NULL;
+    if (R.cuStreamGetCaptureInfo_v2) {
+        if (R.cuStreamGetCaptureInfo_v2(s, &status, NULL, &g, NULL, NULL) != CUDA_SUCCESS) return NULL;
+    } else if (R.cuStreamGetCaptureInfo_v3) {
+        if (R.cuStreamGetCaptureInfo_v3(s, &status, NULL, &g, NULL, NULL, NULL) != CUDA_SUCCESS)
+            return NULL;
+    } else {
+        return NULL;
+    }
+    return status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? g : NULL;
+}
+
+/* Whether bytes would fit the slice now (the message and CUDA_ERROR_OUT_OF_MEMORY if not),
+ * charging nothing: a graph's memory is charged when the driver maps it. */
+static CUresult fits_now(int di, uint64_t bytes) {
+    CUresult rc = charge(di, bytes, 0);
+    if (rc == CUDA_SUCCESS) uncharge(di, bytes, 0);
+    return rc;
+}
+
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
                             CUmemoryPool pool, CUstream stream) {
 #define CALL_REAL()                                                                    \
@@ -755,6 +885,17 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
     if (!g_region && !g_region_error) return CALL_REAL();
     CUdevice dev = 0;
     int di = current_dev(&dev);
+    CUgraph captured = capture_graph(stream);
+    if (captured) { /* a mem-alloc node of the graph being captured: counted when it maps */
+        CUresult rc = fits_now(di, bytes);
+        if (rc != CUDA_SUCCESS) return rc;
+        rc = CALL_REAL();
+        if (rc == CUDA_SUCCESS) {
+            table_add((uint64_t)(uintptr_t)captured, K_GRAPH + di, bytes, di);
+            atomic_store(&g_graph_seen, 1);
+        }
+        return rc;
+    }
     CUmemoryPool use = pool;
     if (!use && R.cuDeviceGetMemPool && R.cuDeviceGetMemPool(&use, dev) != CUDA_SUCCESS) use = NULL;
     uint64_t r0 = 0, u0 = 0;
@@ -932,6 +1073,269 @@ GP_API CUresult cuArrayDestroy(CUarray arr) {
     NEED(cuArrayDestroy);
     CUresult rc = REAL(cuArrayDestroy)(arr);
     if (rc == CUDA_SUCCESS && g_region) release_entry(table_take((uint64_t)(uintptr_t)arr, K_ARRAY));
+    return rc;
+}
+
+/* -- graph memory: memory-allocation nodes (cuGraphAddMemAllocNode, cuGraphAddNode with a
+ * mem-alloc node, cuMemAllocAsync under stream capture) take their memory from the device's
+ * graph memory pool when the driver maps it (at instantiate, upload or launch); the pool keeps
+ * it until cuDeviceGraphMemTrim. So, like a memory pool's, what counts is the pool's reserve:
+ * this process's slot is charged the device's CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, settled
+ * after every call that can change it and before any allocation is refused. Before such a call
+ * the graph's own alloc-node bytes (as the shim saw them added) are checked against the slice,
+ * so a graph that cannot fit is refused with CUDA_ERROR_OUT_OF_MEMORY before anything maps. A
+ * node is refused when it could not fit the slice at the time it is added. */
+
+static int graph_attr(int di, int attr, uint64_t *out) {
+    int dev = atomic_load(&g_di_dev[di]) - 1;
+    cuuint64_t v = 0;
+    if (dev < 0 || !R.cuDeviceGetGraphMemAttribute ||
+        R.cuDeviceGetGraphMemAttribute(dev, attr, &v) != CUDA_SUCCESS)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* Moves device di's graph-memory charge to the pool's reserve; returns 1 when it fell. */
+static int graph_settle_locked(int di) {
+    uint64_t r;
+    if (!graph_attr(di, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r) || r == g_graph_charged[di])
+        return 0;
+    int fell = r < g_graph_charged[di];
+    if (fell)
+        uncharge(di, g_graph_charged[di] - r, 0);
+    else
+        charge_force(di, r - g_graph_charged[di]);
+    g_graph_charged[di] = r;
+    return fell;
+}
+
+static int graphs_resettle(void) {
+    if (!g_region || !atomic_load(&g_graph_seen)) return 0;
+    if (pthread_mutex_trylock(&g_graph_lock) != 0) return 0;
+    int fell = 0;
+    for (uint32_t di = 0; di < g_region->ndev; di++) fell |= graph_settle_locked((int)di);
+    pthread_mutex_unlock(&g_graph_lock);
+    return fell;
+}
+
+/* Around a call that may map graph memory: est[di] is what the graph's alloc nodes take. What the
+ * pool cannot serve from its reserve is charged for the call's duration (refused if it does not
+ * fit), then the truth is settled. Returns with g_graph_lock held unless refused. */
+struct graph_hold {
+    uint64_t need[GP_MAX_DEVICES];
+};
+
+static CUresult graph_begin(const uint64_t *est, struct graph_hold *h) {
+    memset(h, 0, sizeof *h);
+    pthread_mutex_lock(&g_graph_lock);
+    for (uint32_t di = 0; di < g_region->ndev; di++) {
+        graph_settle_locked((int)di);
+        if (!est[di]) continue;
+        uint64_t r = 0, u = 0;
+        if (graph_attr((int)di, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r) &&
+            graph_attr((int)di, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &u) && r - u >= est[di])
+            continue; /* served from what the pool keeps */
+        if (charge_once((int)di, est[di], 0, 1) != CUDA_SUCCESS) {
+            for (uint32_t j = 0; j < di; j++) uncharge((int)j, h->need[j], 0);
+            pthread_mutex_unlock(&g_graph_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        h->need[di] = est[di];
+    }
+    return CUDA_SUCCESS;
+}
+
+static void graph_end(struct graph_hold *h) {
+    for (uint32_t di = 0; di < g_region->ndev; di++) {
+        uncharge((int)di, h->need[di], 0);
+        graph_settle_locked((int)di);
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+}
+
+static void graph_estimate(uint64_t key, int base, uint64_t *est) {
+    memset(est, 0, sizeof(uint64_t) * GP_MAX_DEVICES);
+    for (uint32_t di = 0; di < g_region->ndev; di++) est[di] = table_get(key, base + (int)di);
+}
+
+/* A new alloc node of bytes on location->id: refused when it cannot fit the slice now. */
+static CUresult alloc_node_check(CUgraph g, const CUDA_MEM_ALLOC_NODE_PARAMS *p, int *di) {
+    *di = -1;
+    if (!g_region && !g_region_error) return CUDA_SUCCESS;
+    if (!p || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_SUCCESS;
+    *di = dev_index(p->poolProps.location.id);
+    (void)g;
+    return fits_now(*di, p->bytesize);
+}
+
+static void alloc_node_added(CUgraph g, const CUDA_MEM_ALLOC_NODE_PARAMS *p, int di) {
+    if (g_region && di >= 0) {
+        table_add((uint64_t)(uintptr_t)g, K_GRAPH + di, p->bytesize, di);
+        atomic_store(&g_graph_seen, 1);
+    }
+}
+
+GP_API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                       size_t n, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    NEED(cuGraphAddMemAllocNode);
+    int di;
+    CUresult rc = alloc_node_check(g, p, &di);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuGraphAddMemAllocNode)(node, g, deps, n, p);
+    if (rc == CUDA_SUCCESS) alloc_node_added(g, p, di);
+    return rc;
+}
+
+GP_API CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                               CUgraphNodeParams *p) {
+    NEED(cuGraphAddNode);
+    int alloc = p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC, di = -1;
+    CUresult rc = alloc ? alloc_node_check(g, &p->u.alloc, &di) : CUDA_SUCCESS;
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuGraphAddNode)(node, g, deps, n, p);
+    if (rc == CUDA_SUCCESS && alloc) alloc_node_added(g, &p->u.alloc, di);
+    return rc;
+}
+
+GP_API CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                  const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    NEED(cuGraphAddNode_v2);
+    int alloc = p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC, di = -1;
+    CUresult rc = alloc ? alloc_node_check(g, &p->u.alloc, &di) : CUDA_SUCCESS;
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuGraphAddNode_v2)(node, g, deps, edges, n, p);
+    if (rc == CUDA_SUCCESS && alloc) alloc_node_added(g, &p->u.alloc, di);
+    return rc;
+}
+
+/* Instantiation may map the graph's memory; the exec inherits the graph's estimate. */
+#define GRAPH_INSTANTIATE(call, pexec, graph)                                            \
+    do {                                                                                 \
+        if (!g_region) return call;                                                      \
+        uint64_t est_[GP_MAX_DEVICES];                                                   \
+        struct graph_hold h_;                                                            \
+        graph_estimate((uint64_t)(uintptr_t)(graph), K_GRAPH, est_);                     \
+        if (graph_begin(est_, &h_) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;     \
+        CUresult rc_ = call;                                                             \
+        graph_end(&h_);                                                                  \
+        if (rc_ == CUDA_SUCCESS && (pexec) && *(pexec))                                  \
+            for (uint32_t di_ = 0; di_ < g_region->ndev; di_++)                          \
+                if (est_[di_])                                                           \
+                    table_add((uint64_t)(uintptr_t)*(pexec), K_GEXEC + (int)di_, est_[di_], \
+                              (int)di_);                                                 \
+        return rc_;                                                                      \
+    } while (0)
+
+GP_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f) {
+    NEED(cuGraphInstantiateWithFlags);
+    GRAPH_INSTANTIATE(REAL(cuGraphInstantiateWithFlags)(e, g, f), e, g);
+}
+GP_API CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    NEED(cuGraphInstantiateWithParams);
+    GRAPH_INSTANTIATE(REAL(cuGraphInstantiateWithParams)(e, g, p), e, g);
+}
+GP_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    NEED(cuGraphInstantiateWithParams_ptsz);
+    GRAPH_INSTANTIATE(REAL(cuGraphInstantiateWithParams_ptsz)(e, g, p), e, g);
+}
+
+/* Upload and launch may map an instantiated graph's memory (after a trim, say). */
+#define GRAPH_MAPS(call, exec)                                                           \
+    do {                                                                                 \
+        uint64_t est_[GP_MAX_DEVICES];                                                   \
+        struct graph_hold h_;                                                            \
+        graph_estimate((uint64_t)(uintptr_t)(exec), K_GEXEC, est_);                      \
+        if (graph_begin(est_, &h_) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;     \
+        CUresult rc_ = call;                                                             \
+        graph_end(&h_);                                                                  \
+        return rc_;                                                                      \
+    } while (0)
+
+GP_API CUresult cuGraphUpload(CUgraphExec e, CUstream s) {
+    NEED(cuGraphUpload);
+    if (!g_region) return REAL(cuGraphUpload)(e, s);
+    GRAPH_MAPS(REAL(cuGraphUpload)(e, s), e);
+}
+GP_API CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s) {
+    NEED(cuGraphUpload_ptsz);
+    if (!g_region) return REAL(cuGraphUpload_ptsz)(e, s);
+    GRAPH_MAPS(REAL(cuGraphUpload_ptsz)(e, s), e);
+}
+
+GP_API CUresult cuGraphExecDestroy(CUgraphExec e) {
+    NEED(cuGraphExecDestroy);
+    CUresult rc = REAL(cuGraphExecDestroy)(e);
+    if (rc == CUDA_SUCCESS && g_region) {
+        for (uint32_t di = 0; di < g_region->ndev; di++)
+            free(table_take((uint64_t)(uintptr_t)e, K_GEXEC + (int)di));
+        graphs_resettle();
+    }
+    return rc;
+}
+
+GP_API CUresult cuGraphDestroy(CUgraph g) {
+    NEED(cuGraphDestroy);
+    CUresult rc = REAL(cuGraphDestroy)(g);
+    if (rc == CUDA_SUCCESS && g_region)
+        for (uint32_t di = 0; di < g_region->ndev; di++)
+            free(table_take((uint64_t)(uintptr_t)g, K_GRAPH + (int)di));
+    return rc;
+}
+
+GP_API CUresult cuDeviceGraphMemTrim(CUdevice dev) {
+    NEED(cuDeviceGraphMemTrim);
+    CUresult rc = REAL(cuDeviceGraphMemTrim)(dev);
+    if (rc == CUDA_SUCCESS && g_region) {
+        dev_index(dev); /* knows the ordinal from now on */
+        atomic_store(&g_graph_seen, 1);
+        graphs_resettle();
+    }
+    return rc;
+}
+
+/* -- mipmapped arrays: the driver's own size (cuMipmappedArrayGetMemoryRequirements), else the
+ * sum of the levels' bytes. */
+GP_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                       unsigned int levels) {
+    NEED(cuMipmappedArrayCreate);
+    if ((!g_region && !g_region_error) || !d || !REAL(cuMipmappedArrayDestroy))
+        return REAL(cuMipmappedArrayCreate)(m, d, levels);
+    CUdevice dev = 0;
+    int di = current_dev(&dev);
+    uint64_t est = 0, w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1;
+    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+        est += w * h * z * d->NumChannels * format_bytes(d->Format);
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : 1;
+        z = z > 1 ? z / 2 : 1;
+    }
+    CUresult rc = charge(di, est, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuMipmappedArrayCreate)(m, d, levels);
+    if (rc != CUDA_SUCCESS) {
+        uncharge(di, est, 0);
+        return rc;
+    }
+    uint64_t exact = est;
+    CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+    if (R.cuMipmappedArrayGetMemoryRequirements &&
+        R.cuMipmappedArrayGetMemoryRequirements(&req, *m, dev) == CUDA_SUCCESS && req.size > 0)
+        exact = req.size;
+    if (settle(di, est, exact) != CUDA_SUCCESS) {
+        REAL(cuMipmappedArrayDestroy)(*m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    table_put((uint64_t)(uintptr_t)*m, K_MIPMAP, exact, di, 0);
+    return CUDA_SUCCESS;
+}
+
+GP_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+    NEED(cuMipmappedArrayDestroy);
+    CUresult rc = REAL(cuMipmappedArrayDestroy)(m);
+    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take((uint64_t)(uintptr_t)m, K_MIPMAP));
     return rc;
 }
 
@@ -1254,11 +1658,28 @@ GP_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
     PACED(cuLaunchCooperativeKernel_ptsz, s, 1,
           REAL(cuLaunchCooperativeKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
+/* A graph launch may map graph memory too: checked and settled around the paced launch. */
+static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thread) {
+    uint64_t est[GP_MAX_DEVICES];
+    struct graph_hold h;
+    struct gp_track *t = pace_before(s, per_thread);
+    int mem = g_region && atomic_load(&g_graph_seen); /* a process without graph memory skips it */
+    if (mem) {
+        graph_estimate((uint64_t)(uintptr_t)g, K_GEXEC, est);
+        if (graph_begin(est, &h) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = ((cuGraphLaunch_t *)real)(g, s);
+    if (mem) graph_end(&h);
+    pace_after(t, rc);
+    return rc;
+}
 GP_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    PACED(cuGraphLaunch, s, 0, REAL(cuGraphLaunch)(g, s));
+    NEED(cuGraphLaunch);
+    return graph_launch(g_hooks[H_cuGraphLaunch].real, g, s, 0);
 }
 GP_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    PACED(cuGraphLaunch_ptsz, s, 1, REAL(cuGraphLaunch_ptsz)(g, s));
+    NEED(cuGraphLaunch_ptsz);
+    return graph_launch(g_hooks[H_cuGraphLaunch_ptsz].real, g, s, 1);
 }
 
 /* ---------------------------------------------------------------- the preload's dlsym */
