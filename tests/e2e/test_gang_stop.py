@@ -85,7 +85,7 @@ def test_a_gang_replica_that_fails_stops_its_sibling_on_the_other_node_at_once(
     time.sleep(2.0)
     (pool.out / "go").write_text("")  # rank 1 exits 3 now
     wait_for(
-        lambda: (pool.out / "stopped.0").exists(),
+        (pool.out / "stopped.0").exists,
         HEARTBEAT_S / 3,
         "rank 0 to receive its stop before its node's next periodic heartbeat",
     )
