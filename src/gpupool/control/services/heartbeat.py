@@ -1,9 +1,13 @@
 """Handling an agent's heartbeat: telemetry, alerts, replica states, and what to send back.
 
-One heartbeat is one transaction: device telemetry and health are updated, alerts raised on a
-threshold crossing, usage accrued, each reported replica state applied to its assignment and
-job, and the answer built from the store (assignments still to start, stop orders in force,
-finished assignments the agent may forget). See :mod:`gpupool.schemas.agent` for the rules.
+One heartbeat is one transaction, applied as named steps (:class:`_Beat`): the node returns
+(heard from, up again if it was down); telemetry (device health and samples, alerts); replica
+reports (each reported state applied to its assignment and job, an ended replica through
+:func:`~gpupool.control.machinery.lifecycle.end_assignments`; replicas the server already
+ended are the **orphans**, killed at once); unstarted ends (replicas stopped before this node
+reported them end now); usage (accrued up to now); and the answer (starts, stops and resizes
+from :mod:`gpupool.control.machinery.nodeorders`, finished assignments the agent may forget).
+See :mod:`gpupool.schemas.agent` for the protocol's rules.
 
 Alerts: a device reaching ``temperature_alert_c``, or reporting itself unhealthy or an XID
 error, writes an ``alert.temperature`` / ``alert.health`` event and a log line when it crosses
