@@ -108,6 +108,7 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (S.RUNNING, S.TIMEOUT): "it ran past its time limit and the agent stopped it",
     (S.RUNNING, S.PREEMPTED): "the agent stopped it under GPU memory pressure",
     (S.RUNNING, S.NODE_FAIL): "its node stopped heart-beating past the timeout",
+    (S.RUNNING, S.BOOT_FAIL): "a gang replica could not be started while its siblings ran",
     (S.RUNNING, S.OUT_OF_MEMORY): "it exceeded its GPU memory slice and the watchdog stopped it",
     # -- stopping
     (S.COMPLETING, S.COMPLETED): "it exited 0 during its grace period",

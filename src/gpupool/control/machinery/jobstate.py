@@ -9,31 +9,27 @@ Words:
 - **attempt**: the assignments created for one start of a job (one per replica). A restart is
   a new attempt with new assignment ids.
 - **outcome**: the terminal state an attempt ends in, decided by :func:`attempt_outcome` from
-  why it was stopped and how its processes exited.
+  why it was stopped (:data:`gpupool.domain.assignments.STOP_OUTCOME`) and how its processes
+  exited.
+
+Stop orders are given by :func:`stop_assignments` (which rings the nodes concerned);
+assignments move and end in :mod:`gpupool.control.machinery.lifecycle`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpupool.control.machinery.orders import mark
+from gpupool.domain.assignments import STOP_OUTCOME, AssignmentState, StopPolicy, StopReason
 from gpupool.domain.jobs import Job
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import should_requeue, transition
 from gpupool.store.mapping import apply_job, event_to_row, job_from_row
 from gpupool.store.models import AssignmentModel, JobModel, SliceModel
-
-#: Terminal state for a replica the server or the agent stopped, by stop reason.
-STOP_OUTCOME: dict[str, JobState] = {
-    "cancel": JobState.CANCELLED,
-    "preempt": JobState.PREEMPTED,
-    "timeout": JobState.TIMEOUT,
-    "memory": JobState.OUT_OF_MEMORY,
-    "pressure": JobState.PREEMPTED,
-    "node": JobState.NODE_FAIL,
-    "boot": JobState.BOOT_FAIL,
-}
 
 #: When several replicas ended differently, the job takes the most severe outcome.
 _SEVERITY = (
@@ -82,8 +78,9 @@ def attempt_outcome(assignments: list[AssignmentModel]) -> tuple[JobState, int |
     """The outcome of a finished attempt, with the exit code and signal to record."""
     outcomes: list[tuple[JobState, int | None, str | None]] = []
     for a in assignments:
-        if a.stop_reason in STOP_OUTCOME:
-            outcomes.append((STOP_OUTCOME[a.stop_reason], a.exit_code, a.signal))
+        reason = StopReason.parse(a.stop_reason) if a.stop_reason is not None else None
+        if reason is not None and reason in STOP_OUTCOME:
+            outcomes.append((STOP_OUTCOME[reason], a.exit_code, a.signal))
         elif a.exit_code == 0 and a.signal is None:
             outcomes.append((JobState.COMPLETED, 0, None))
         else:
@@ -118,29 +115,47 @@ def release_slices(session: Session, assignment_ids: list[str]) -> None:
         )
 
 
+def stop_assignments(
+    session: Session,
+    rows: Iterable[AssignmentModel],
+    reason: StopReason,
+    policy: StopPolicy,
+    *,
+    for_job: str | None = None,
+) -> list[str]:
+    """Give each live assignment in ``rows`` that has no stop order yet the order ``reason``
+    (signal and grace from ``policy``; ``for_job``: the job a preemption makes room for), and
+    ring the nodes of all of them (:func:`~.orders.mark`), so their agents' long polls wake
+    after the commit. Returns the ids of ``rows``."""
+    rows = [a for a in rows if a.state != AssignmentState.FINISHED.value]
+    for a in rows:
+        if a.stop_reason is None:
+            a.stop_reason = reason.value
+            a.stop_signal = policy.signal
+            a.stop_grace_s = policy.grace_s
+            a.stop_for = for_job
+    mark(session, (a.node for a in rows))
+    return [a.id for a in rows]
+
+
 def order_stop(
     session: Session,
     job_id: str,
-    reason: str,
+    reason: StopReason | str,
     signal: str,
     grace_s: float,
     *,
     for_job: str | None = None,
 ) -> list[str]:
-    """Set a stop order on every live assignment of a job; returns their ids. ``for_job`` names
+    """Set a stop order on every live assignment of a job; returns their ids. ``reason`` is a
+    :class:`~gpupool.domain.assignments.StopReason` or its stored string; ``for_job`` names
     the job a preemption makes room for (kept on the assignment for the next snapshots)."""
-    rows = list(
-        session.scalars(
-            select(AssignmentModel).where(
-                AssignmentModel.job_id == job_id, AssignmentModel.state != "finished"
-            )
+    rows = session.scalars(
+        select(AssignmentModel).where(
+            AssignmentModel.job_id == job_id,
+            AssignmentModel.state != AssignmentState.FINISHED.value,
         )
     )
-    for a in rows:
-        if a.stop_reason is None:
-            a.stop_reason = reason
-            a.stop_signal = signal
-            a.stop_grace_s = grace_s
-            a.stop_for = for_job
-    mark(session, (a.node for a in rows))
-    return [a.id for a in rows]
+    return stop_assignments(
+        session, rows, StopReason.parse(reason), StopPolicy(signal, grace_s), for_job=for_job
+    )

@@ -14,12 +14,13 @@ preemption, ``preempted_for`` names the job it makes room for (``assignments.sto
 
 With thousands of jobs queued, turning each pending row's JSON spec into a
 :class:`~gpupool.domain.jobs.JobSpec` (and applying the default CPU rule) was most of a
-snapshot's cost, though a queued job's spec rarely changes. The pending rows are therefore read
-as plain columns with the spec as its stored text, and a :class:`SpecCache` (kept by the loop
-across cycles) maps that text, and the pool's CPUs per GPU, to the parsed spec. The key is the
-text itself, not the row's version: an edit that changes the spec without a new version still
-misses the cache. What the snapshot read of each pending row (``PendingRead``: its version, its
-stored pending reason and start estimate) goes back to the commit, which checks the version of a
+snapshot's cost, though a queued job's spec rarely changes. The pending rows (and the jobs of
+running replicas) are therefore read as plain columns with the spec as its stored text, and
+a :class:`SpecCache` (kept by the loop across cycles) maps that text, and the pool's CPUs per
+GPU, to the parsed spec: the one typed reader of specs here. The key is the text itself, not
+the row's version: an edit that changes the spec without a new version still misses the cache.
+What the snapshot read of each pending row (``PendingRead``: its version, its stored pending
+reason and start estimate) goes back to the commit, which checks the version of a
 start and writes only the reasons and estimates that changed.
 """
 
@@ -35,9 +36,10 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.assignments import AssignmentState, StopPolicy
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec
 from gpupool.domain.nodes import DeviceHealth, NodeState
-from gpupool.domain.resources import cpu_per_gpu_by_pool, default_cpu_milli, with_default_cpu
+from gpupool.domain.resources import cpu_per_gpu_by_pool, with_default_cpu
 from gpupool.domain.states import JobState
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
@@ -159,6 +161,16 @@ _PENDING_COLUMNS = (
 )
 
 
+_RUNNING_COLUMNS = (
+    JobModel.id,
+    JobModel.tenant,
+    JobModel.pool,
+    JobModel.priority,
+    JobModel.last_checkpoint_time,
+    cast(JobModel.spec, Text).label("spec_text"),
+)
+
+
 def _pending(
     s: Session, cpu_per_gpu: dict[str, int], cache: SpecCache
 ) -> tuple[list[Job], dict[str, PendingRead]]:
@@ -194,6 +206,55 @@ def _pending(
     return jobs, reads
 
 
+def _running(
+    s: Session,
+    live: list[AssignmentModel],
+    slices: dict[str, list[SliceModel]],
+    cpu_per_gpu: dict[str, int],
+    cache: SpecCache,
+) -> list[RunningReplica]:
+    """The live assignments that hold slices, as the scheduler sees them. Their jobs' specs are
+    read through ``cache`` as the pending ones are (typed, with the default CPU rule)."""
+    job_ids = {a.job_id for a in live}
+    jobs = (
+        {r.id: r for r in s.execute(select(*_RUNNING_COLUMNS).where(JobModel.id.in_(job_ids)))}
+        if job_ids
+        else {}
+    )
+    running: list[RunningReplica] = []
+    for a in live:
+        held = slices.get(a.id)
+        job = jobs.get(a.job_id)
+        if not held or job is None:
+            continue
+        spec, _ = cache.get(str(job.spec_text), cpu_per_gpu.get(job.pool))
+        start = a.started_at or a.created_at
+        expected = spec.expected_duration_s or spec.time_limit_s
+        running.append(
+            RunningReplica(
+                job_id=a.job_id,
+                replica=a.rank,
+                node=a.node,
+                devices=tuple(sl.device_uuid for sl in held),
+                milli_per_device=held[0].milli,
+                memory_per_device_mib=held[0].memory_mib,
+                tenant=job.tenant,
+                pool=job.pool,
+                priority=job.priority,
+                preemptible=spec.preemptible,
+                start_time=start,
+                expected_end=start + float(expected) if expected else None,
+                last_checkpoint_time=job.last_checkpoint_time,
+                cpu_milli=spec.resources.cpu_milli,
+                host_memory_mib=spec.resources.host_memory_mib,
+                grace_period_s=StopPolicy.of(spec).grace_s,
+                preempted_for=a.stop_for,
+                stop_ordered=a.stop_reason is not None,
+            )
+        )
+    return running
+
+
 def build_snapshot(
     s: Session, now: float, cache: SpecCache | None = None
 ) -> tuple[ClusterSnapshot, dict[str, PendingRead]]:
@@ -212,56 +273,18 @@ def build_snapshot(
     cpu_per_gpu = cpu_per_gpu_by_pool(
         {n.name: n.cpu_milli for n in nodes}, ((d.node, d.pool) for d in devices)
     )
-    live = list(s.scalars(select(AssignmentModel).where(AssignmentModel.state != "finished")))
+    live = list(
+        s.scalars(
+            select(AssignmentModel).where(AssignmentModel.state != AssignmentState.FINISHED.value)
+        )
+    )
     slices: dict[str, list[SliceModel]] = defaultdict(list)
     for sl in s.scalars(
         select(SliceModel).where(SliceModel.active.is_(True)).order_by(SliceModel.id)
     ):
         slices[sl.assignment_id].append(sl)
     pending, reads = _pending(s, cpu_per_gpu, cache)
-    job_ids = {a.job_id for a in live}
-    jobs = (
-        {j.id: j for j in s.scalars(select(JobModel).where(JobModel.id.in_(job_ids)))}
-        if job_ids
-        else {}
-    )
-    running: list[RunningReplica] = []
-    for a in live:
-        held = slices.get(a.id)
-        job = jobs.get(a.job_id)
-        if not held or job is None:
-            continue
-        spec = job.spec
-        start = a.started_at or a.created_at
-        expected = spec.get("expected_duration_s") or spec.get("time_limit_s")
-        running.append(
-            RunningReplica(
-                job_id=a.job_id,
-                replica=a.rank,
-                node=a.node,
-                devices=tuple(sl.device_uuid for sl in held),
-                milli_per_device=held[0].milli,
-                memory_per_device_mib=held[0].memory_mib,
-                tenant=job.tenant,
-                pool=job.pool,
-                priority=job.priority,
-                preemptible=bool(spec.get("preemptible", False)),
-                start_time=start,
-                expected_end=start + float(expected) if expected else None,
-                last_checkpoint_time=job.last_checkpoint_time,
-                cpu_milli=(
-                    default_cpu_milli(
-                        int(spec["resources"]["gpu_milli"]), cpu_per_gpu.get(job.pool)
-                    )
-                    if spec["resources"].get("cpu_auto")
-                    else int(spec["resources"]["cpu_milli"])
-                ),
-                host_memory_mib=int(spec["resources"]["host_memory_mib"]),
-                grace_period_s=float(spec.get("grace_period_s", 30.0)),
-                preempted_for=a.stop_for,
-                stop_ordered=a.stop_reason is not None,
-            )
-        )
+    running = _running(s, live, slices, cpu_per_gpu, cache)
     quotas = list(s.scalars(select(QuotaModel)))
     usage, budget = _usage(s, now, quotas)
     snapshot = ClusterSnapshot(

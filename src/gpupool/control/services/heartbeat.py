@@ -1,9 +1,13 @@
 """Handling an agent's heartbeat: telemetry, alerts, replica states, and what to send back.
 
-One heartbeat is one transaction: device telemetry and health are updated, alerts raised on a
-threshold crossing, usage accrued, each reported replica state applied to its assignment and
-job, and the answer built from the store (assignments still to start, stop orders in force,
-finished assignments the agent may forget). See :mod:`gpupool.schemas.agent` for the rules.
+One heartbeat is one transaction, applied as named steps (:class:`_Beat`): the node returns
+(heard from, up again if it was down); telemetry (device health and samples, alerts); replica
+reports (each reported state applied to its assignment and job, an ended replica through
+:func:`~gpupool.control.machinery.lifecycle.end_assignments`; replicas the server already
+ended are the **orphans**, killed at once); unstarted ends (replicas stopped before this node
+reported them end now); usage (accrued up to now); and the answer (starts, stops and resizes
+from :mod:`gpupool.control.machinery.nodeorders`, finished assignments the agent may forget).
+See :mod:`gpupool.schemas.agent` for the protocol's rules.
 
 Alerts: a device reaching ``temperature_alert_c``, or reporting itself unhealthy or an XID
 error, writes an ``alert.temperature`` / ``alert.health`` event and a log line when it crosses
@@ -13,32 +17,31 @@ the threshold (not on every sample); the metric ``gpupool_alerts`` shows alerts 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.machinery.jobstate import attempt_outcome, finish_job, move, release_slices
+from gpupool.control.machinery.jobstate import move
+from gpupool.control.machinery.lifecycle import Ending, end_assignments, move_assignment
+from gpupool.control.machinery.nodeorders import kill_at_once, node_orders, wire_reason
 from gpupool.control.services.accounting import accrue
 from gpupool.control.services.auth import Actor, require
 from gpupool.control.services.nodes import current_epoch
-from gpupool.control.services.oversubscription import oversubscription_of, record_spilled
+from gpupool.control.services.oversubscription import record_spilled
 from gpupool.control.services.resize import resize_orders
+from gpupool.control.settings import ServerSettings
+from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
-    ArrayInfo,
-    AssignmentSpec,
     DeviceTelemetry,
-    GangInfo,
     HeartbeatRequest,
     HeartbeatResponse,
     ReplicaState,
     ReplicaStatus,
-    StopOrder,
-    StopReason,
 )
 from gpupool.store.models import (
     AssignmentModel,
@@ -51,31 +54,8 @@ from gpupool.store.models import (
 
 log = logging.getLogger("gpupool.control.alerts")
 
-#: Server-side stop reasons and how they travel on the wire ("gang": a sibling replica ended).
-WIRE_STOP_REASON: dict[str, StopReason] = {
-    "cancel": StopReason.CANCEL,
-    "preempt": StopReason.PREEMPT,
-    "timeout": StopReason.TIMEOUT,
-    "gang": StopReason.CANCEL,
-}
-
-
 #: Isolation modes a job's record may say it got (anything else is not recorded).
 _ISOLATIONS = ("exclusive", "mps", "soft", "mig", "shim", "mps+shim")
-
-
-def _kill_at_once(assignment_ids: Iterable[str], epoch: int) -> list[StopOrder]:
-    """Stop orders for replicas that must not run a moment longer (SIGKILL, no grace)."""
-    return [
-        StopOrder(
-            assignment_id=aid,
-            epoch=epoch,
-            reason=StopReason.CANCEL,
-            signal="SIGKILL",
-            grace_period_s=0.0,
-        )
-        for aid in assignment_ids
-    ]
 
 
 def _alert(s: Session, now: float, kind: str, subject: str, message: str) -> None:
@@ -121,47 +101,15 @@ def apply_telemetry(
         dev.sampled_at = now
 
 
-def _finish_assignment(s: Session, a: AssignmentModel, rep: ReplicaStatus, now: float) -> None:
-    slices = list(
-        s.scalars(
-            select(SliceModel).where(SliceModel.assignment_id == a.id, SliceModel.active.is_(True))
-        )
-    )
-    accrue(s, slices, now)
-    release_slices(s, [a.id])
-    a.state = "finished"
-    a.ended_at = now
-    a.exit_code = rep.exit_code
-    a.signal = rep.signal
+def _ending(rep: ReplicaStatus) -> Ending:
+    """What an agent's report of an ended replica says about how it ended."""
     if rep.state is ReplicaState.BOOT_FAILED:
-        a.stop_reason = a.stop_reason or "boot"
-    elif rep.stop_reason is not None and a.stop_reason is None:
-        a.stop_reason = rep.stop_reason.value
-    job = s.get(JobModel, a.job_id)
-    if job is None:
-        return
-    attempt = list(
-        s.scalars(
-            select(AssignmentModel).where(
-                AssignmentModel.job_id == a.job_id, AssignmentModel.attempt == a.attempt
-            )
-        )
-    )
-    live = [x for x in attempt if x.state != "finished"]
-    failed = not (rep.exit_code == 0 and rep.signal is None) and a.stop_reason is None
-    if live:
-        if failed or a.stop_reason in ("boot", "memory", "pressure", "node"):
-            for other in live:  # a gang lives and dies together
-                if other.stop_reason is None:
-                    other.stop_reason = "gang"
-                    other.stop_signal = job.spec.get("checkpoint_signal", "SIGTERM")
-                    other.stop_grace_s = float(job.spec.get("grace_period_s", 30.0))
-        return
-    if job.restart_count != a.attempt:
-        return  # a late report about an older attempt
-    outcome, code, sig = attempt_outcome(attempt)
-    reason = rep.reason or f"attempt ended: {outcome.value}"
-    finish_job(s, job, outcome, now, reason=reason, exit_code=code, signal=sig)
+        reason: StopReason | None = StopReason.BOOT
+    elif rep.stop_reason is not None:
+        reason = StopReason.parse(rep.stop_reason.value)
+    else:
+        reason = None
+    return Ending(rep.exit_code, rep.signal, reason, rep.reason)
 
 
 def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str | None:
@@ -169,7 +117,7 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
     a = s.get(AssignmentModel, rep.assignment_id)
     if a is None or a.node != node:
         return None  # unknown to us: ignore (rule 3)
-    if a.state == "finished":
+    if a.state == AssignmentState.FINISHED.value:
         return a.id
     if rep.isolation is not None and rep.isolation != a.isolation:
         a.isolation = rep.isolation
@@ -182,11 +130,10 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         job = s.get(JobModel, a.job_id)
         if job is not None and job.isolation is None and a.isolation in _ISOLATIONS:
             job.isolation = a.isolation  # it ended before it was seen running: still say how
-        _finish_assignment(s, a, rep, now)
+        end_assignments(s, [(a, _ending(rep))], now)
         return a.id
-    if rep.state is ReplicaState.RUNNING and a.state == "dispatched":
-        a.state = "running"
-        a.started_at = now
+    if rep.state is ReplicaState.RUNNING and a.state == AssignmentState.DISPATCHED.value:
+        move_assignment(a, AssignmentState.RUNNING, now)
         job = s.get(JobModel, a.job_id)
         if job is not None and job.state == JobState.CONFIGURING.value:
             move(s, job, JobState.RUNNING, now, reason=f"running on {node}")
@@ -204,74 +151,6 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
     return None
 
 
-def _assignment_spec(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSpec | None:
-    job = s.get(JobModel, a.job_id)
-    if job is None:
-        return None
-    spec = job.spec
-    slices = list(
-        s.scalars(
-            select(SliceModel).where(SliceModel.assignment_id == a.id).order_by(SliceModel.id)
-        )
-    )
-    gang = None
-    if spec["replicas"] > 1:
-        leader = s.scalar(
-            select(AssignmentModel).where(
-                AssignmentModel.job_id == a.job_id,
-                AssignmentModel.attempt == a.attempt,
-                AssignmentModel.rank == 0,
-            )
-        )
-        leader_node = s.get(NodeModel, leader.node) if leader is not None else None
-        local_rank = len(
-            list(
-                s.scalars(
-                    select(AssignmentModel.id).where(
-                        AssignmentModel.job_id == a.job_id,
-                        AssignmentModel.attempt == a.attempt,
-                        AssignmentModel.node == a.node,
-                        AssignmentModel.rank < a.rank,
-                    )
-                )
-            )
-        )
-        gang = GangInfo(
-            master_addr=(leader_node.address or leader_node.name) if leader_node else a.node,
-            master_port=(leader.master_port if leader and leader.master_port else 29500),
-            world_size=spec["replicas"],
-            rank=a.rank,
-            local_rank=local_rank,
-        )
-    return AssignmentSpec(
-        assignment_id=a.id,
-        epoch=epoch,
-        job_id=job.id,
-        job_name=job.name,
-        user=job.user,
-        replica_rank=a.rank,
-        command=list(spec["command"]),
-        script=spec["script"],
-        env=dict(spec["env"]),
-        workdir=spec["workdir"],
-        workdir_upload=spec.get("workdir_upload"),
-        device_uuids=[sl.device_uuid for sl in slices],
-        milli_per_device=slices[0].milli if slices else 0,
-        memory_mib_per_device=slices[0].memory_mib if slices else 0,
-        isolation=spec["isolation"],
-        memory_oversubscription=oversubscription_of(s, job.pool),
-        time_limit_s=spec["time_limit_s"],
-        checkpoint_signal=spec["checkpoint_signal"],
-        grace_period_s=spec["grace_period_s"],
-        gang=gang,
-        restart_count=job.restart_count,
-        checkpoint_dir=None,
-        priority=job.priority,
-        preemptible=spec["preemptible"],
-        array=ArrayInfo(**spec["array"]) if spec.get("array") else None,
-    )
-
-
 def _stale_agent(req: HeartbeatRequest, epoch: int, interval_s: float) -> HeartbeatResponse:
     """The answer to an agent that no longer speaks for its node: another agent registered the
     name while this one was away past the node timeout, so the server has ended this one's
@@ -283,10 +162,106 @@ def _stale_agent(req: HeartbeatRequest, epoch: int, interval_s: float) -> Heartb
         for r in req.replicas
         if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
     ]
-    stop = _kill_at_once(alive, epoch)
+    stop = kill_at_once(alive, epoch)
     return HeartbeatResponse(
         epoch=epoch, heartbeat_interval_s=interval_s, stop=stop, registered=bool(alive)
     )
+
+
+@dataclass
+class _Beat:
+    """One heartbeat being applied: its transaction, what it reported, what it changed.
+
+    ``finished``: ended assignments it reported (acknowledged in the answer); ``orphans``:
+    assignments it reports alive that the server already ended (killed at once); ``changed``:
+    something the scheduler should look at again (a node back, a replica ended)."""
+
+    s: Session
+    req: HeartbeatRequest
+    now: float
+    epoch: int
+    finished: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    changed: bool = False
+
+    def node_returns(self, node: NodeModel) -> None:
+        """Step: the node is heard from; a node marked down is up again."""
+        node.last_heartbeat = self.now
+        if node.state == NodeState.DOWN.value:
+            node.state = NodeState.UP.value
+            self.changed = True
+
+    def replica_reports(self) -> None:
+        """Step: apply each reported replica state to its assignment and job."""
+        for rep in self.req.replicas:
+            done = _apply_replica(self.s, self.req.node, rep, self.now)
+            if done is None:
+                continue
+            self.changed = True
+            if rep.state in (ReplicaState.STARTING, ReplicaState.RUNNING):
+                # still running here, but the server ended it (its node was declared down and
+                # the job failed over): it must not run beside its replacement
+                self.orphans.append(done)
+            else:
+                self.finished.append(done)
+
+    def live(self) -> list[AssignmentModel]:
+        return list(
+            self.s.scalars(
+                select(AssignmentModel).where(
+                    AssignmentModel.node == self.req.node,
+                    AssignmentModel.state != AssignmentState.FINISHED.value,
+                )
+            )
+        )
+
+    def unstarted_ends(self, live: list[AssignmentModel]) -> list[AssignmentModel]:
+        """Step: end the assignments stopped (cancelled, preempted...) before this node
+        reported them: they never started here, so their slices are freed now. Were one to
+        start after all, the orphan rule would stop it at once. Returns those still live."""
+        reported = {r.assignment_id for r in self.req.replicas}
+        unstarted = [
+            a
+            for a in live
+            if wire_reason(a.stop_reason) is not None
+            and a.state == AssignmentState.DISPATCHED.value
+            and a.id not in reported
+        ]
+        if unstarted:
+            ending = Ending(message="stopped before it started")
+            end_assignments(self.s, [(a, ending) for a in unstarted], self.now)
+            self.changed = True
+        gone = {a.id for a in unstarted}
+        return [a for a in live if a.id not in gone]
+
+    def usage(self, live: list[AssignmentModel]) -> None:
+        """Step: accrue the usage of the node's live slices up to now."""
+        accrue(
+            self.s,
+            list(
+                self.s.scalars(
+                    select(SliceModel).where(
+                        SliceModel.assignment_id.in_([a.id for a in live]),
+                        SliceModel.active.is_(True),
+                    )
+                )
+            ),
+            self.now,
+        )
+
+    def answer(self, live: list[AssignmentModel], settings: ServerSettings) -> HeartbeatResponse:
+        """Step: what the node should do now (see :mod:`~.machinery.nodeorders`)."""
+        reported = {r.assignment_id for r in self.req.replicas}
+        start, stop = node_orders(self.s, live, reported, self.epoch)
+        return HeartbeatResponse(
+            epoch=self.epoch,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            node_timeout_s=settings.node_timeout_s,
+            start=start,
+            stop=kill_at_once(self.orphans, self.epoch) + stop,
+            resize=resize_orders(self.s, live, self.epoch),
+            finished_ack=self.finished,
+        )
 
 
 class HeartbeatService:
@@ -294,104 +269,27 @@ class HeartbeatService:
         self.cp = cp
 
     def heartbeat(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse:
+        """Apply one heartbeat in one transaction, step by step, and answer it."""
         require(actor.principal, Permission.AGENT)
-        now = self.cp.now()
         settings = self.cp.settings
-        changed = False
         with self.cp.tx() as s:
-            epoch = current_epoch(s)
+            beat = _Beat(s, req, self.cp.now(), current_epoch(s))
             node = s.get(NodeModel, req.node)
-            if (
-                node is not None
-                and req.agent_id is not None
-                and node.agent_id is not None
-                and req.agent_id != node.agent_id
-            ):
-                return _stale_agent(req, epoch, settings.heartbeat_interval_s)
             if node is None:
                 return HeartbeatResponse(
-                    epoch=epoch,
+                    epoch=beat.epoch,
                     heartbeat_interval_s=settings.heartbeat_interval_s,
                     node_timeout_s=settings.node_timeout_s,
                     registered=False,
                 )
-            node.last_heartbeat = now
-            if node.state == NodeState.DOWN.value:
-                node.state = NodeState.UP.value
-                changed = True
-            apply_telemetry(s, req.node, req.telemetry, now, settings.temperature_alert_c)
-            finished: list[str] = []
-            orphans: list[str] = []  # still running here, but the server ended them
-            for rep in req.replicas:
-                done = _apply_replica(s, req.node, rep, now)
-                if done is None:
-                    continue
-                changed = True
-                if rep.state in (ReplicaState.STARTING, ReplicaState.RUNNING):
-                    orphans.append(done)
-                else:
-                    finished.append(done)
-            live = list(
-                s.scalars(
-                    select(AssignmentModel).where(
-                        AssignmentModel.node == req.node, AssignmentModel.state != "finished"
-                    )
-                )
-            )
-            accrue(
-                s,
-                list(
-                    s.scalars(
-                        select(SliceModel).where(
-                            SliceModel.assignment_id.in_([a.id for a in live]),
-                            SliceModel.active.is_(True),
-                        )
-                    )
-                ),
-                now,
-            )
-            reported = {r.assignment_id for r in req.replicas}
-            start: list[AssignmentSpec] = []
-            # A replica the server already ended (its node was declared down, and the job was
-            # failed over) must not keep running beside its replacement: stop it at once.
-            stop = _kill_at_once(orphans, epoch)
-            for a in live:
-                wire = WIRE_STOP_REASON.get(a.stop_reason or "")
-                if wire is not None and a.state == "dispatched" and a.id not in reported:
-                    # Stopped (cancelled, preempted...) before this node reported it: it never
-                    # started there, so end it here and free its slices. Were it to start after
-                    # all, the orphan rule above would stop it at once.
-                    unstarted = ReplicaStatus(
-                        assignment_id=a.id,
-                        state=ReplicaState.EXITED,
-                        reason="stopped before it started",
-                    )
-                    _finish_assignment(s, a, unstarted, now)
-                    changed = True
-                    continue
-                if wire is not None:
-                    stop.append(
-                        StopOrder(
-                            assignment_id=a.id,
-                            epoch=epoch,
-                            reason=wire,
-                            signal=a.stop_signal or "SIGTERM",
-                            grace_period_s=a.stop_grace_s or 0.0,
-                        )
-                    )
-                elif a.state == "dispatched" and a.id not in reported:
-                    spec = _assignment_spec(s, a, epoch)
-                    if spec is not None:
-                        start.append(spec)
-            resize = resize_orders(s, live, epoch)
-        if changed:
+            if req.agent_id is not None and node.agent_id not in (None, req.agent_id):
+                return _stale_agent(req, beat.epoch, settings.heartbeat_interval_s)
+            beat.node_returns(node)
+            apply_telemetry(s, req.node, req.telemetry, beat.now, settings.temperature_alert_c)
+            beat.replica_reports()
+            live = beat.unstarted_ends(beat.live())
+            beat.usage(live)
+            answer = beat.answer(live, settings)
+        if beat.changed:
             self.cp.poke()
-        return HeartbeatResponse(
-            epoch=epoch,
-            heartbeat_interval_s=settings.heartbeat_interval_s,
-            node_timeout_s=settings.node_timeout_s,
-            start=start,
-            stop=stop,
-            resize=resize,
-            finished_ack=finished,
-        )
+        return answer

@@ -25,12 +25,14 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
 from gpupool.control.machinery.jobstate import move, order_stop
+from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.services.envelope import envelopes
 from gpupool.control.services.jobedit import updated_spec
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
@@ -104,7 +106,10 @@ def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
         by_id: dict[str, AssignmentModel] = {}
         for a in s.scalars(
             select(AssignmentModel)
-            .where(AssignmentModel.job_id.in_(ids), AssignmentModel.state != "finished")
+            .where(
+                AssignmentModel.job_id.in_(ids),
+                AssignmentModel.state != AssignmentState.FINISHED.value,
+            )
             .order_by(AssignmentModel.rank)
         ):
             live.setdefault(a.job_id, []).append(a)
@@ -468,16 +473,14 @@ class JobService:
             state = JobState(row.state)
             if state.is_terminal:
                 raise Conflict(f"job {job_id} already ended ({state.value}): nothing to cancel")
-            spec_signal = row.spec.get("checkpoint_signal", "SIGTERM")
-            grace = float(row.spec.get("grace_period_s", 30.0))
+            policy = stored_job(row).stop_policy
             if state in (JobState.PENDING, JobState.REQUEUED, JobState.CONFIGURING):
                 move(s, row, JobState.CANCELLED, now, reason=why)
-                order_stop(s, job_id, "cancel", spec_signal, grace)
             elif state is JobState.RUNNING:
                 move(s, row, JobState.COMPLETING, now, reason=why)
-                order_stop(s, job_id, "cancel", spec_signal, grace)
-            else:  # COMPLETING: a stop is already under way; make it a cancel
-                order_stop(s, job_id, "cancel", spec_signal, grace)
+            # COMPLETING: a stop is already under way; its replicas not yet ordered to stop
+            # are cancelled (they end through the exit report, or before they started)
+            order_stop(s, job_id, StopReason.CANCEL, policy.signal, policy.grace_s)
             audit.record(s, actor, "job.cancel", now, target=job_id)
             job = job_from_row(row)
         self.cp.poke()

@@ -4,10 +4,12 @@ A node registers with its devices; registering again (agent restart) updates the
 and keeps each known device's pool. A device the agent no longer reports leaves the node (its
 usage history stays: it names the device, not the row); one that a live slice still holds is
 marked unhealthy instead, so nothing new goes there, and leaves at a later registration. A node
-silent for longer than ``node_timeout_s`` is marked ``down``: its live assignments end as
-``NODE_FAIL`` (and requeue where the job's policy allows). An operator may delete a node that
-is down and holds no assignment (:meth:`NodeService.delete`); its agent, if it ever returns,
-registers it anew.
+silent for longer than ``node_timeout_s`` is marked ``down``: its live assignments end
+(:func:`~gpupool.control.machinery.lifecycle.end_assignments`) with the stop reason ``node``,
+unless a stop was already ordered (a cancelled job stays cancelled); their gang siblings on
+other nodes are ordered to stop (and those nodes rung), and the job ends as ``NODE_FAIL``
+(requeued where its policy allows). An operator may delete a node that is down and holds no
+assignment (:meth:`NodeService.delete`); its agent, if it ever returns, registers it anew.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from sqlalchemy.orm import Session
 from gpupool import __version__
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
-from gpupool.control.machinery.jobstate import attempt_outcome, finish_job, release_slices
+from gpupool.control.machinery.lifecycle import Ending, end_assignments
 from gpupool.control.services import audit
-from gpupool.control.services.accounting import accrue
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.services.envelope import envelopes
+from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import DEFAULT_POOL, validate_name
@@ -257,7 +259,8 @@ class NodeService:
                 )
             live = s.scalars(
                 select(AssignmentModel.job_id).where(
-                    AssignmentModel.node == name, AssignmentModel.state != "finished"
+                    AssignmentModel.node == name,
+                    AssignmentModel.state != AssignmentState.FINISHED.value,
                 )
             ).all()
             if live:
@@ -329,55 +332,16 @@ class NodeService:
                 )
                 log.warning(message)
                 s.add(EventModel(time=now, kind="node.down", subject=node.name, message=message))
-                live = list(
-                    s.scalars(
-                        select(AssignmentModel).where(
-                            AssignmentModel.node == node.name, AssignmentModel.state != "finished"
-                        )
+                live = s.scalars(
+                    select(AssignmentModel)
+                    .where(
+                        AssignmentModel.node == node.name,
+                        AssignmentModel.state != AssignmentState.FINISHED.value,
                     )
+                    .order_by(AssignmentModel.job_id, AssignmentModel.rank)
                 )
-                slices = list(
-                    s.scalars(
-                        select(SliceModel).where(
-                            SliceModel.assignment_id.in_([a.id for a in live]),
-                            SliceModel.active.is_(True),
-                        )
-                    )
-                )
-                accrue(s, slices, now)
-                for a in live:
-                    a.state = "finished"
-                    a.ended_at = now
-                    a.stop_reason = "node"
-                release_slices(s, [a.id for a in live])
-                for job_id in sorted({a.job_id for a in live}):
-                    job = s.get(JobModel, job_id)
-                    if job is None:
-                        continue
-                    others = list(
-                        s.scalars(
-                            select(AssignmentModel).where(
-                                AssignmentModel.job_id == job_id,
-                                AssignmentModel.attempt == job.restart_count,
-                                AssignmentModel.state != "finished",
-                            )
-                        )
-                    )
-                    for other in others:  # gang replicas elsewhere: stop them too
-                        other.stop_reason = other.stop_reason or "gang"
-                        other.stop_signal = job.spec.get("checkpoint_signal", "SIGTERM")
-                        other.stop_grace_s = float(job.spec.get("grace_period_s", 30.0))
-                    if not others:
-                        attempt = list(
-                            s.scalars(
-                                select(AssignmentModel).where(
-                                    AssignmentModel.job_id == job_id,
-                                    AssignmentModel.attempt == job.restart_count,
-                                )
-                            )
-                        )
-                        outcome, _code, _signal = attempt_outcome(attempt)
-                        finish_job(s, job, outcome, now, reason=f"node {node.name} went down")
+                lost = Ending(reason=StopReason.NODE, message=f"node {node.name} went down")
+                end_assignments(s, [(a, lost) for a in live], now)
         if downed:
             self.cp.poke()
         return downed
