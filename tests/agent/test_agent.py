@@ -7,11 +7,13 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.jobfiles import EXITED
 from gpupool.agent.transport import ServerUnavailable
 from gpupool.control.machinery.clock import ManualClock, SystemClock
 from gpupool.gpu.simulated import SimulatedBackend
@@ -446,3 +448,61 @@ def test_a_refused_uploaded_workdir_is_a_boot_failure_with_the_reason(tmp_path: 
     assert got.state is ReplicaState.BOOT_FAILED
     assert "points outside the working directory" in (got.reason or "")
     assert not list(tmp_path.rglob("evil.txt"))
+
+
+class SlowBeatServer(FakeServer):
+    """A server that asks for a heartbeat only every 60 s, and answers the first heartbeat
+    reporting ``a1`` running only once ``a1`` has exited (``hold``): the exit then happens
+    during a heartbeat round, and the agent must still report it now, not 60 s later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: Callable[[], None] | None = None
+
+    def register(self, request: RegisterRequest) -> RegisterResponse:
+        answer = super().register(request)
+        return answer.model_copy(update={"heartbeat_interval_s": 60.0})
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        reports = {r.assignment_id: r.state for r in request.replicas}
+        if reports.get("a1") is ReplicaState.RUNNING and self.hold is not None:
+            hold, self.hold = self.hold, None
+            hold()
+        answer = super().heartbeat(request)
+        return answer.model_copy(update={"heartbeat_interval_s": 60.0})
+
+
+def test_a_replica_that_ends_during_a_heartbeat_round_is_reported_without_waiting_the_interval(
+    tmp_path: Path,
+) -> None:
+    server = SlowBeatServer()
+    server.queue.append(
+        HeartbeatResponse(
+            epoch=1,
+            heartbeat_interval_s=60.0,
+            start=[assignment("a1", tmp_path, command=[PY, "-c", "import time; time.sleep(1)"])],
+        )
+    )
+    agent = make_agent(tmp_path, server)
+
+    def until_a1_exited() -> None:
+        wait_for(
+            lambda: agent.executor.observe("a1").status == EXITED or None,
+            what="a1 to exit while the server holds its heartbeat",
+        )
+
+    server.hold = until_a1_exited
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+
+        def exited() -> ReplicaStatus | None:
+            seen = server.last("a1")
+            return seen if seen is not None and seen.state is ReplicaState.EXITED else None
+
+        # 20 s: well before the 60 s interval, which is when the old agent reported it
+        wait_for(exited, timeout=20, what="a1 reported EXITED before the next 60 s heartbeat")
+    finally:
+        stop.set()
+        loop.join(timeout=10)

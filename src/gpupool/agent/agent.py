@@ -609,7 +609,10 @@ class Agent(GpuRules):
                         self.register()
                     self.ship_logs()  # output first, so a reported exit has its last lines
                     self.heartbeat()
-                    self.observe()
+                    if self.observe():
+                        # a replica changed during the round (it started, or ended while
+                        # the server answered): report it now, not one interval later
+                        self._beat_now.set()
                     if self.last_error is not None:
                         log.info("server reachable again; state reconciled")
                     self.backoff.reset()
