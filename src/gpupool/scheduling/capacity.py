@@ -222,7 +222,7 @@ def build_capacity(snapshot: ClusterSnapshot, memo: SchedulerMemo | None = None)
     arrays). This copies its "nothing runs" free arrays and subtracts the running replicas
     in a few vectorised steps.
     """
-    found = (memo or SchedulerMemo()).layout_for(snapshot)
+    found = (SchedulerMemo() if memo is None else memo).layout_for(snapshot)
     layout = found.layout
     arrays = CapacityArrays(
         node_names=layout.node_names,
