@@ -18,11 +18,13 @@ Words:
   request), not for whatever compares equal to it. The dict is keyed by ``id(obj)`` and the
   entry keeps ``obj`` as its first item: a hit is used only when that item ``is`` the object
   looked up, and since the entry holds a strong reference the id cannot be reused by another
-  object while the entry lives. Snapshots built from the same state share these objects from
-  cycle to cycle (the live loop's spec cache, the replay's running map), which is what makes the
-  entries hit; an equal but new object just misses. Identity rather than equality, because
-  hashing a frozen dataclass field by field for every running replica of every cycle costs
-  more than the memo saves.
+  object while the entry lives. An entry hits in a later cycle only when the caller's
+  snapshots share the object: the replay keeps its running replicas and queued jobs from cycle
+  to cycle, the live loop its queued jobs' specs (``SpecCache``) but not its running replicas,
+  which it reads afresh each cycle (their entries then only save work within the cycle, and
+  are trimmed as below). An equal but new object just misses. Identity rather than equality,
+  because hashing a frozen dataclass field by field for every running replica of every cycle
+  costs more than the memo saves.
 
 What is remembered, and when each part stops being used:
 
