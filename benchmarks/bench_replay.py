@@ -28,6 +28,7 @@ from pathlib import Path
 from gpupool.control.machinery.clock import SystemClock
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.scheduler import schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from gpupool.sim.metrics import summarise
@@ -119,10 +120,13 @@ def main() -> None:
         inside = [0.0]
 
         def timed(
-            snapshot: ClusterSnapshot, config: SchedulerConfig, inside: list[float] = inside
+            snapshot: ClusterSnapshot,
+            config: SchedulerConfig,
+            memo: SchedulerMemo,
+            inside: list[float] = inside,
         ) -> Decision:
             t0 = clock.monotonic()
-            decision = schedule(snapshot, config)
+            decision = schedule(snapshot, config, memo)
             inside[0] += clock.monotonic() - t0
             return decision
 

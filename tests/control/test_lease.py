@@ -19,6 +19,7 @@ from gpupool.control.machinery.loop import SchedulingLoop, default_schedule
 from gpupool.control.settings import ServerSettings
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from gpupool.store.db import make_engine
 from gpupool.store.models import AssignmentModel, LeaderModel
@@ -81,8 +82,10 @@ def test_a_leader_whose_lease_passed_mid_cycle_commits_nothing_and_steps_down(
     standby = Leadership(other)
     real = default_schedule()
 
-    def frozen_while_deciding(snapshot: ClusterSnapshot, config: SchedulerConfig) -> Decision:
-        decision = real(snapshot, config)
+    def frozen_while_deciding(
+        snapshot: ClusterSnapshot, config: SchedulerConfig, memo: SchedulerMemo
+    ) -> Decision:
+        decision = real(snapshot, config, memo)
         clock.advance(cp.settings.leader_lease_s + 1)  # frozen with the decision in hand
         assert standby.try_acquire()
         return decision

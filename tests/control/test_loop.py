@@ -75,8 +75,8 @@ def test_a_job_cancelled_after_the_snapshot_is_not_started(cp: ControlPlane) -> 
     loop = _loop(cp)
     real = loop.schedule
 
-    def schedule_then_cancel(snapshot, config):  # type: ignore[no-untyped-def]
-        decision = real(snapshot, config)
+    def schedule_then_cancel(snapshot, config, memo):  # type: ignore[no-untyped-def]
+        decision = real(snapshot, config, memo)
         JobService(cp).cancel(ADMIN, job.id)  # lands between snapshot and commit
         return decision
 
@@ -93,7 +93,7 @@ def test_the_commit_refuses_a_start_that_would_overfill_a_device(cp: ControlPlan
     register(cp, gpus=1)
     a, b = submit(cp, "a"), submit(cp, "b", gpus="0.6")
 
-    def greedy(snapshot, config):  # type: ignore[no-untyped-def]
+    def greedy(snapshot, config, memo):  # type: ignore[no-untyped-def]
         starts = tuple(
             Start(
                 j.id,

@@ -1,10 +1,12 @@
 """The scheduler: a pure function from a frozen cluster snapshot to a decision.
 
-    from gpupool.scheduling import ClusterSnapshot, SchedulerConfig, schedule
+    from gpupool.scheduling import ClusterSnapshot, SchedulerConfig, SchedulerMemo, schedule
 
-    decision = schedule(snapshot, SchedulerConfig())
+    memo = SchedulerMemo()  # one per caller that runs cycles one after another
+    decision = schedule(snapshot, SchedulerConfig(), memo)
 
-Modules, in the order a cycle uses them: ``snapshot`` (the input), ``capacity`` (free capacity
+Modules, in the order a cycle uses them: ``snapshot`` (the input), ``memo`` (what the caller's
+earlier cycles remembered; ``layout`` the static arrays it keeps), ``capacity`` (free capacity
 as numpy arrays), ``ordering``, ``admission``, ``fit`` and ``placement/`` (where replicas go),
 ``preemption``, ``reservation`` (backfill and estimates), ``decision`` (the output),
 ``scheduler`` (chains them) and ``explain`` (text for people). Nothing here performs I/O.
@@ -24,6 +26,7 @@ from gpupool.scheduling.decision import (
     Start,
 )
 from gpupool.scheduling.explain import explain_job
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.scheduler import schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 
@@ -41,6 +44,7 @@ __all__ = [
     "Reservation",
     "RunningReplica",
     "SchedulerConfig",
+    "SchedulerMemo",
     "SizeDirection",
     "Start",
     "explain_job",

@@ -20,7 +20,6 @@ Words:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -28,12 +27,9 @@ import numpy as np
 
 from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.resources import ResourceRequest
-from gpupool.scheduling.layout import CapacityLayout, layout_for
+from gpupool.scheduling.memo import Amounts, LayoutMemo, SchedulerMemo
 from gpupool.scheduling.placement.base import BoolArray, CapacityArrays, Choice, IntArray, Shape
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
-
-#: Memo entries allowed beyond twice the running replicas before stale ones are dropped.
-HELD_MEMO_SLACK = 4096
 
 
 def pool_view(
@@ -65,11 +61,6 @@ def pool_view(
     return view
 
 
-# What a running replica takes: (row, milli-CPU, host MiB, GPUs, milli per GPU, MiB per GPU,
-# slots).
-_Amounts = tuple[int, int, int, int, int, int, tuple[int, ...]]
-
-
 @dataclass
 class ClusterCapacity:
     """The cluster's arrays, the per-pool views and the maps between names and rows/slots."""
@@ -82,15 +73,10 @@ class ClusterCapacity:
     pool_masks: dict[str, BoolArray]  # pool -> [N, G] usable slots of the pool
     pool_nodes: dict[str, BoolArray]  # pool -> [N] nodes with a usable device of the pool
     host_total: IntArray  # [N] host memory of each node, MiB
-    layout: CapacityLayout | None = None  # the cached static part, when built from one
+    # The layout these arrays were built from and what is remembered with it (the caller's,
+    # or a fresh one that lives for this cycle only): see gpupool.scheduling.memo.
+    memo: LayoutMemo
     views: dict[str, CapacityArrays] = field(default_factory=dict)
-    # id(replica) -> (replica, what it holds, its amounts); the layout's memo when built
-    # from a layout.
-    _held: dict[int, tuple[RunningReplica, tuple[Shape, Choice] | None, _Amounts | None]] = field(
-        default_factory=dict
-    )
-    # id(request) -> (request, its shape); the layout's memo when built from a layout.
-    _shapes: dict[int, tuple[ResourceRequest, Shape]] = field(default_factory=dict)
     _empty: CapacityArrays | None = None
     _models_cache: dict[tuple[str, ...], tuple[bool, ...] | None] = field(default_factory=dict)
 
@@ -98,7 +84,7 @@ class ClusterCapacity:
         """The live view of ``pool`` (built on first use)."""
         found = self.views.get(pool)
         if found is None:
-            counts = None if self.layout is None else self.layout.pool_gpu_count.get(pool)
+            counts = self.memo.layout.pool_gpu_count.get(pool)
             found = pool_view(self.arrays, self.mask(pool), counts)
             self.views[pool] = found
         return found
@@ -166,24 +152,26 @@ class ClusterCapacity:
         )
 
     def shape_for(self, request: ResourceRequest) -> Shape:
-        """:meth:`shape_of`, remembered per request object in the layout's memo (an entry is
-        used only for that very object, as in :meth:`held_by`)."""
-        entry = self._shapes.get(id(request))
+        """:meth:`shape_of`, remembered per request object (``LayoutMemo.shapes``, an identity
+        entry: used only for that very object)."""
+        shapes = self.memo.shapes
+        entry = shapes.get(id(request))
         if entry is not None and entry[0] is request:
             return entry[1]
         shape = self.shape_of(request)
-        self._shapes[id(request)] = (request, shape)
+        shapes[id(request)] = (request, shape)
         return shape
 
     def held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
         """What ``replica`` holds, as a shape and a choice (``None`` when its node is unknown).
 
-        Remembered per replica object in the layout's memo, so a replica that runs for many
+        Remembered per replica object (``LayoutMemo.held``), so a replica that runs for many
         cycles is resolved once. An entry keeps its replica and is used only for that very
         object (``is``), so a reused id can never return another replica's slots; the answer
-        depends only on the replica and the layout, which owns the memo.
+        depends only on the replica and the layout the memo goes with.
         """
-        entry = self._held.get(id(replica))
+        held = self.memo.held
+        entry = held.get(id(replica))
         if entry is not None and entry[0] is replica:
             return entry[1]
         found = self._held_by(replica)
@@ -199,7 +187,7 @@ class ClusterCapacity:
                 replica.memory_per_device_mib,
                 choice.slots,
             )
-        self._held[id(replica)] = (replica, found, amounts)
+        held[id(replica)] = (replica, found, amounts)
         return found
 
     def _held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
@@ -226,14 +214,16 @@ class ClusterCapacity:
         return tuple(str(row[s]) for s in choice.slots)
 
 
-def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
+def build_capacity(snapshot: ClusterSnapshot, memo: SchedulerMemo | None = None) -> ClusterCapacity:
     """Arrays of free capacity for ``snapshot`` (running replicas already subtracted).
 
-    The static part comes from :func:`~gpupool.scheduling.layout.layout_for` (cached across
-    cycles); this copies its "nothing runs" free arrays and subtracts the running replicas in
-    a few vectorised steps.
+    The static part is the layout ``memo`` remembers for the snapshot's nodes, devices and
+    pools (built when it has none; ``memo=None``: a fresh memo for this call only, the same
+    arrays). This copies its "nothing runs" free arrays and subtracts the running replicas
+    in a few vectorised steps.
     """
-    layout = layout_for(snapshot.nodes, snapshot.devices, snapshot.pools)
+    found = (SchedulerMemo() if memo is None else memo).layout_for(snapshot)
+    layout = found.layout
     arrays = CapacityArrays(
         node_names=layout.node_names,
         model_names=layout.model_names,
@@ -250,7 +240,7 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         physical_mem=layout.physical_mem,
         slot_model=layout.slot_model,
     )
-    arrays._proportional = layout.proportional  # physical_mem is the layout's: same results
+    arrays._proportional = found.proportional  # physical_mem is the layout's: same results
     cap = ClusterCapacity(
         arrays=arrays,
         slot_pool=layout.slot_pool,
@@ -260,38 +250,24 @@ def build_capacity(snapshot: ClusterSnapshot) -> ClusterCapacity:
         pool_masks=dict(layout.pool_masks),
         pool_nodes=dict(layout.pool_nodes),
         host_total=layout.host_total,
-        layout=layout,
-        _held=layout.held,
-        _shapes=layout.shapes,
+        memo=found,
     )
-    if len(layout.held) + len(layout.releases) > 4 * len(snapshot.running) + 2 * HELD_MEMO_SLACK:
-        _prune_held(layout, snapshot.running)
-    if len(layout.shapes) > 2 * len(snapshot.pending) + HELD_MEMO_SLACK:
-        keep = {id(job.spec.resources) for job in snapshot.pending}
-        for key in [k for k in layout.shapes if k not in keep]:
-            layout.shapes.pop(key, None)
     if snapshot.running:
         _subtract_running(cap, snapshot.running, layout.width)
     return cap
 
 
-def _prune_held(layout: CapacityLayout, running: Iterable[RunningReplica]) -> None:
-    """Drop memo entries of replicas that no longer run (keeps the memo near the running set)."""
-    keep = {id(r) for r in running}
-    for memo in (layout.held, layout.releases):
-        for key in [k for k in memo if k not in keep]:
-            memo.pop(key, None)
-
-
-def _subtract_running(cap: ClusterCapacity, running: Iterable[RunningReplica], width: int) -> None:
+def _subtract_running(
+    cap: ClusterCapacity, running: tuple[RunningReplica, ...], width: int
+) -> None:
     """Take what ``running`` holds off ``cap``'s free arrays.
 
     What runs is a fact, even where it exceeds what we think exists, so nothing is checked
     against the free capacity (free amounts may go negative). One pass in Python gathers the
     per-replica amounts; numpy adds them up per node (``bincount``) and per slot.
     """
-    taken: list[_Amounts] = []
-    memo = cap._held
+    taken: list[Amounts] = []
+    memo = cap.memo.held
     for replica in running:
         entry = memo.get(id(replica))
         if entry is None or entry[0] is not replica:

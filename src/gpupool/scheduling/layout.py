@@ -4,8 +4,8 @@ A scheduling cycle needs the cluster as numpy arrays (see :mod:`gpupool.scheduli
 Most of that picture does not change from one cycle to the next: which node is which row,
 which device is which slot, the models, physical and promisable memory, NVLink groups and
 which slots each pool may use. Only what *runs* changes. :class:`CapacityLayout` holds the
-part that depends on ``nodes``, ``devices`` and ``pools`` alone; :func:`layout_for` returns it
-from a small cache, so a cycle only copies the "nothing runs" free arrays and subtracts the
+part that depends on ``nodes``, ``devices`` and ``pools`` alone; the caller's memo keeps
+it from cycle to cycle, so a cycle only copies the "nothing runs" free arrays and subtracts the
 running replicas.
 
 Words:
@@ -15,38 +15,23 @@ Words:
   the next cycle.
 - **layout key**: the ``(nodes, devices, pools)`` tuples of a snapshot.
 
-The cache and its invalidation. :func:`layout_for` keeps the last :data:`LAYOUT_CACHE_SIZE`
-layouts with the key tuples they were built from (strong references, so an id can never be
-reused by another tuple while its entry lives). A lookup matches an entry when each key
-tuple is the same object as the entry's, or else compares equal to it (``Node``, ``Device``
-and ``Pool`` are frozen dataclasses compared by value; tuple comparison skips elements that
-are the same object). So any change to a node, device or pool, such as a device turning
-unhealthy, a node cordoned or a pool's overcommit changed, gives a different key and a freshly
-built layout; nothing has to be invalidated by hand. The least recently used entry is dropped
-when the cache is full. A layout also memoises, per running replica object, the slots it
-holds (``held``) and its timeline entry (``releases``), both pruned to about the running set,
-so a long-running replica is resolved once, and per resource request object its integer shape
-(``shapes``, pruned to about the queue), so a job that waits for many cycles is resolved once.
-:func:`clear_layout_cache` empties it (tests, memory). The cache is a
-pure memo: a snapshot gives the same layout, and so the same decision, with or without it.
+A layout is built by :func:`build_layout` and depends on nothing else: a snapshot with the
+same key gives the same layout. Which layouts are kept across cycles, and what is remembered
+with each (the slots of running replicas, their timeline releases, the shapes of requests), is
+the caller's :class:`~gpupool.scheduling.memo.SchedulerMemo`; this module keeps no state.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from itertools import count
-from threading import Lock
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpupool.domain.nodes import Device, DeviceHealth, Node
 from gpupool.domain.pools import DEFAULT_POOL, Pool
 from gpupool.scheduling.placement.base import BoolArray, IntArray
-
-LAYOUT_CACHE_SIZE = 4
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -82,15 +67,6 @@ class CapacityLayout:
     pool_masks: dict[str, BoolArray]
     pool_nodes: dict[str, BoolArray]
     pool_gpu_count: dict[str, IntArray]
-    # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
-    proportional: dict[int, IntArray] = field(default_factory=dict, compare=False)
-    # id(running replica) -> (replica, (shape, choice) | None, amounts): ClusterCapacity.held_by.
-    held: dict[int, Any] = field(default_factory=dict, compare=False)
-    # id(resource request) -> (request, shape): ClusterCapacity.shape_for.
-    shapes: dict[int, Any] = field(default_factory=dict, compare=False)
-    # id(running replica) -> (replica, release): the scheduler's timeline entries for replicas
-    # that are not stopping (their release depends only on the replica and this layout).
-    releases: dict[int, Any] = field(default_factory=dict, compare=False)
 
     @property
     def width(self) -> int:
@@ -107,7 +83,8 @@ def _majority_model(models: Iterable[str]) -> str:
 def build_layout(
     nodes: tuple[Node, ...], devices: tuple[Device, ...], pools: tuple[Pool, ...]
 ) -> CapacityLayout:
-    """The layout of ``nodes``/``devices``/``pools`` (no cache; see :func:`layout_for`)."""
+    """The layout of ``nodes``/``devices``/``pools`` (remembered across cycles by the caller's
+    :class:`~gpupool.scheduling.memo.SchedulerMemo`)."""
     node_by_name = {n.name: n for n in nodes}
     node_names = sorted(set(node_by_name) | {d.node for d in devices})
     node_row = {name: i for i, name in enumerate(node_names)}
@@ -198,42 +175,3 @@ def build_layout(
         pool_nodes=pool_nodes,
         pool_gpu_count=pool_gpu_count,
     )
-
-
-_Key = tuple[tuple[Node, ...], tuple[Device, ...], tuple[Pool, ...]]
-_cache: OrderedDict[int, tuple[_Key, CapacityLayout]] = OrderedDict()
-_lock = Lock()
-_serials = count(1)
-
-
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    return a is b or (len(a) == len(b) and a == b)
-
-
-def layout_for(
-    nodes: tuple[Node, ...], devices: tuple[Device, ...], pools: tuple[Pool, ...]
-) -> CapacityLayout:
-    """The layout of ``nodes``/``devices``/``pools``, from the cache when an equal key is there."""
-    with _lock:
-        for serial, (key, layout) in _cache.items():
-            if _same(key[1], devices) and _same(key[0], nodes) and _same(key[2], pools):
-                _cache.move_to_end(serial)
-                return layout
-    layout = build_layout(nodes, devices, pools)
-    with _lock:
-        _cache[next(_serials)] = ((nodes, devices, pools), layout)
-        while len(_cache) > LAYOUT_CACHE_SIZE:
-            _cache.popitem(last=False)
-    return layout
-
-
-def clear_layout_cache() -> None:
-    """Forget every cached layout."""
-    with _lock:
-        _cache.clear()
-
-
-def cached_layouts() -> int:
-    """How many layouts the cache holds (for tests and diagnostics)."""
-    with _lock:
-        return len(_cache)

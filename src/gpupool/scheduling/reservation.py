@@ -187,12 +187,11 @@ def running_releases(
 
     A stopping replica (``stopping``) ends after its grace period from ``now``; any other at
     its ``expected_end``. The latter depends only on the replica and the layout, so it is
-    memoised there per replica object (``layout.releases``, like the slots in ``held``).
+    remembered per replica object (``LayoutMemo.releases``, like the slots in ``held``).
     """
     releases: list[Release] = []
     append, held_by = releases.append, capacity.held_by
-    layout = capacity.layout
-    memo: dict[int, tuple[object, Release]] = {} if layout is None else layout.releases
+    memo = capacity.memo.releases
     get = memo.get
     for job_id, replicas in running_by_job.items():
         if job_id in taken:

@@ -1,21 +1,26 @@
-"""``schedule(snapshot, config) -> Decision``: one pure scheduling cycle.
+"""``schedule(snapshot, config, memo) -> Decision``: one pure scheduling cycle.
 
 The cycle, as the design describes it (each step a registered stage):
 
 1. **order** the pending jobs (:mod:`~gpupool.scheduling.ordering`);
-2. for each job in that order: skip it if it is held, not yet eligible or names an unknown pool;
-   **admit** it against its tenant's quota (:mod:`~gpupool.scheduling.admission`);
-3. **place** it with its pool's policy (:mod:`~gpupool.scheduling.fit`), subject to the pool's
-   **backfill** gate (:mod:`~gpupool.scheduling.reservation`): a job that would delay the pool's
-   reserved job does not start;
-4. if it is blocked and in-quota, try **preemption** (:mod:`~gpupool.scheduling.preemption`); the
-   room freed is held for it until its victims are gone;
-5. otherwise the first blocked job of a pool gets the **reservation**, and every job left pending
-   gets a reason and an estimated start.
+2. for each job in that order (:meth:`_Cycle.consider`): **skip** it if it is held, not yet
+   eligible or names an unknown pool; **admit** it against its tenant's quota
+   (:mod:`~gpupool.scheduling.admission`);
+3. pass the pool's backfill **gate** (:mod:`~gpupool.scheduling.reservation`): a job that
+   would delay the pool's reserved job does not start, and in strict order nothing starts
+   behind a blocked job;
+4. **place** it with its pool's policy (:mod:`~gpupool.scheduling.fit`);
+5. if it is **blocked** and in-quota, try **preemption** (:mod:`~gpupool.scheduling.preemption`);
+   the room freed is held for it until its victims are gone; otherwise the first blocked job
+   of a pool gets the **reservation**, and every job left pending gets a reason and an
+   estimated start.
 
 Nothing here performs I/O, reads a clock or draws an unseeded random number: the free capacity
 is built once from the snapshot (:mod:`~gpupool.scheduling.capacity`) and updated in place as the
-cycle starts jobs, so the same snapshot always gives the same decision.
+cycle starts jobs, so the same snapshot always gives the same decision. What one cycle can
+reuse from the caller's earlier ones (the cluster's layout, what running replicas hold, the
+shapes of queued requests) is in the caller's :class:`~gpupool.scheduling.memo.SchedulerMemo`,
+passed in; it saves work and never changes a decision.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from gpupool.scheduling.decision import (
 )
 from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
 from gpupool.scheduling.learning import show_arrivals
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.ordering import Ordering, make_ordering
 from gpupool.scheduling.placement.base import (
     BoolArray,
@@ -64,6 +70,7 @@ from gpupool.scheduling.preemption import (
 )
 from gpupool.scheduling.reservation import (
     Blocked,
+    Gate,
     PoolBackfill,
     Release,
     Timeline,
@@ -115,11 +122,13 @@ def _job_end(job: Job, now: float) -> float | None:
 class _Cycle:
     """The working state of one call to :func:`schedule`."""
 
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, memo: SchedulerMemo
+    ) -> None:
         self.snapshot = snapshot
         self.config = config
         self.now = snapshot.now
-        self.capacity: ClusterCapacity = build_capacity(snapshot)
+        self.capacity: ClusterCapacity = build_capacity(snapshot, memo)
         self.ledger: Ledger = make_admission(config.admission).open(snapshot, config)
         self.preemption: PreemptionStage = make_preemption(config.preemption)
         self.backfill = make_backfill(config.backfill)
@@ -233,9 +242,34 @@ class _Cycle:
                 self.consider(job)
 
     def consider(self, job: Job) -> None:
+        """Decide ``job``, in the five steps of the cycle: **skip** it (held, not eligible yet,
+        unknown pool), **admit** it against its tenant's quota, pass its pool's backfill
+        **gate**, **place** it, or else handle it as **blocked** (preemption, reservation,
+        a reason and an estimate). Each step that settles the job records the answer itself.
+        """
+        if self.skip(job):
+            return
+        pool = self.pool(job.spec.pool)
+        if self.behind_closed_gate(job, pool):
+            return
+        admitted = self.admit(job)
+        if admitted is None:
+            return
+        shape, standing = admitted
+        end = _job_end(job, self.now)
+        gate = self.gate(job, pool, end)
+        if gate is None:
+            return
+        if self.place(job, pool, shape, end, gate):
+            return
+        self.blocked(job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow)
+
+    def skip(self, job: Job) -> bool:
+        """Step 1: True (and its reason given) when ``job`` is not for this cycle: held, not
+        eligible yet, or in a pool that does not exist."""
         if job.held:
             self.wait(job, PendingReason.HELD, f"held until released (gpupool release {job.id})")
-            return
+            return True
         if job.eligible_time > self.now:
             self.wait(
                 job,
@@ -243,7 +277,7 @@ class _Cycle:
                 "not eligible yet (it is waiting out a requeue delay or a begin time)",
                 job.eligible_time,
             )
-            return
+            return True
         if job.spec.pool not in self.snapshot.pool_by_name:
             known = ", ".join(sorted(self.snapshot.pool_by_name))
             self.wait(
@@ -251,59 +285,80 @@ class _Cycle:
                 PendingReason.POOL_UNKNOWN,
                 f"pool {job.spec.pool!r} does not exist: use one of {known}",
             )
-            return
-        pool = self.pool(job.spec.pool)
+            return True
+        return False
+
+    def behind_closed_gate(self, job: Job, pool: _Pool) -> bool:
+        """Fast path before step 2: True (and the pool's shared answer given) when ``pool`` is
+        in strict order behind a blocked job and no quota can refuse anyone, so steps 2 and 3
+        would end in that same shared reason; it is given without the shape, check and gate.
+        """
         closed = pool.closed
         if closed is not None and pool.backfill.closes_all and self.ledger.admits_all:
-            # Strict order behind a blocked job, no quota to refuse it: the answer below would
-            # be this same shared reason, so give it without the shape, check and gate.
             self.pending[job.id] = closed[1]
-            return
+            return True
+        return False
+
+    def admit(self, job: Job) -> tuple[Shape, Standing] | None:
+        """Step 2: the job's replica shape and its standing in quota, or ``None`` (and the
+        reason given) when its quota refuses it, counting the GPU memory it names."""
         shape = self.shape_of(job)
-        replicas = job.spec.replicas
-        explicit_mem = (shape.memory_mib or 0) * shape.count * replicas
+        explicit_mem = (shape.memory_mib or 0) * shape.count * job.spec.replicas
         verdict = self.ledger.check(job, job.spec.total_gpu_milli, explicit_mem)
         if not verdict.admitted:
             assert verdict.reason is not None
             self.wait(job, verdict.reason, verdict.message)
-            return
-        end = _job_end(job, self.now)
+            return None
+        return shape, verdict.standing
+
+    def gate(self, job: Job, pool: _Pool, end: float | None) -> Gate | None:
+        """Step 3: the pool's backfill gate for a job ending at ``end``, or ``None`` when it is
+        closed (the job then gets the pool's shared answer for that blocker, and a pool that
+        closes for everyone with no quota to refuse anyone is sealed: see :meth:`sweep`)."""
         gate = pool.backfill.gate(end)
-        if not gate.open:
-            blocker = pool.backfill.reservation
-            closed = pool.closed
-            if closed is None or closed[0] is not blocker:
-                who = f" job {blocker.job_id}" if blocker is not None else " an earlier job"
-                message = (
-                    f"waits behind{who}, blocked higher in the queue of pool {pool.name} "
-                    "(strict order: no backfill)"
-                )
-                closed = pool.closed = (blocker, PendingInfo(PendingReason.PRIORITY, message))
-                if self.sealed is None and pool.backfill.closes_all and self.ledger.admits_all:
-                    self.sealed = pool
-            self.pending[job.id] = closed[1]
-            return
+        if gate.open:
+            return gate
+        blocker = pool.backfill.reservation
+        closed = pool.closed
+        if closed is None or closed[0] is not blocker:
+            who = f" job {blocker.job_id}" if blocker is not None else " an earlier job"
+            message = (
+                f"waits behind{who}, blocked higher in the queue of pool {pool.name} "
+                "(strict order: no backfill)"
+            )
+            closed = pool.closed = (blocker, PendingInfo(PendingReason.PRIORITY, message))
+            if self.sealed is None and pool.backfill.closes_all and self.ledger.admits_all:
+                self.sealed = pool
+        self.pending[job.id] = closed[1]
+        return None
+
+    def place(self, job: Job, pool: _Pool, shape: Shape, end: float | None, gate: Gate) -> bool:
+        """Step 4: start ``job`` if it fits where the gate lets it (``True``: started, or
+        refused by the quota check on the memory it really gets); ``False`` when it does not
+        fit: it is blocked."""
         target = self.target(pool, gate.shadow)
-        placed = self.try_place(pool, target, shape, replicas, long=gate.shadow is not None)
-        if placed is not None:
-            memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in placed)
-            final = self.ledger.check(job, job.spec.total_gpu_milli, memory)
-            if not final.admitted:
-                release_all(target, placed)
-                pool.epoch += 1
-                assert final.reason is not None
-                self.wait(job, final.reason, final.message)
-                return
-            if target is not pool.live:
-                allocate_all(pool.live, placed)
-            elif pool.both is not None:
-                self.refresh_both(pool, placed)
-            pool.backfill.started(placed, end)
-            self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
-            self.record_start(job, placed, final.standing is Standing.BORROWING)
-            self.started.extend(Release(end, p.shape, p.choice) for p in placed)
-            return
-        self.blocked(job, pool, shape, replicas, standing=verdict.standing, shadow=gate.shadow)
+        placed = self.try_place(
+            pool, target, shape, job.spec.replicas, long=gate.shadow is not None
+        )
+        if placed is None:
+            return False
+        memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in placed)
+        final = self.ledger.check(job, job.spec.total_gpu_milli, memory)
+        if not final.admitted:
+            release_all(target, placed)
+            pool.epoch += 1
+            assert final.reason is not None
+            self.wait(job, final.reason, final.message)
+            return True
+        if target is not pool.live:
+            allocate_all(pool.live, placed)
+        elif pool.both is not None:
+            self.refresh_both(pool, placed)
+        pool.backfill.started(placed, end)
+        self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
+        self.record_start(job, placed, final.standing is Standing.BORROWING)
+        self.started.extend(Release(end, p.shape, p.choice) for p in placed)
+        return True
 
     def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:
         """Where a job is placed: the live arrays, or where live and shadow both have room.
@@ -536,10 +591,19 @@ class _Cycle:
         )
 
 
-def schedule(snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> Decision:
-    """Decide what to start, stop and reserve for ``snapshot`` (pure and deterministic)."""
+def schedule(
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig | None = None,
+    memo: SchedulerMemo | None = None,
+) -> Decision:
+    """Decide what to start, stop and reserve for ``snapshot`` (pure and deterministic).
+
+    ``memo`` is what the caller's earlier cycles remembered (:mod:`~gpupool.scheduling.memo`):
+    a caller that runs cycles one after another keeps one and passes it each time. ``None``:
+    a fresh memo for this call only. The decision is the same either way.
+    """
     config = config or SchedulerConfig()
-    cycle = _Cycle(snapshot, config)
+    cycle = _Cycle(snapshot, config, SchedulerMemo() if memo is None else memo)
     ranked = make_ordering(config.ordering).rank(snapshot, config, cycle.capacity)
     cycle.run(ranked)
     return cycle.decision(ranked)

@@ -4,7 +4,7 @@ The loop is what a control plane does, with simulated time::
 
     pop every event of the next instant (the manual clock moves there)
     apply them: arrivals queue, finishes and stops free slices, failed nodes lose their jobs
-    build a ClusterSnapshot, call gpupool.scheduling.scheduler.schedule(snapshot, config)
+    build a ClusterSnapshot, call gpupool.scheduling.scheduler.schedule(snapshot, config, memo)
     apply the Decision: start jobs (their finish goes on the heap), stop preemption victims
     record the state
 
@@ -36,6 +36,7 @@ from gpupool.domain.transitions import should_requeue, transition
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision, Start
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 from gpupool.sim.engine import Event, EventKind, EventQueue
 from gpupool.sim.jobstate import SimJob, last_checkpoint
@@ -46,7 +47,7 @@ from gpupool.sim.workload import SimCluster, Workload, equal_quotas
 
 __all__ = ["NodeFailure", "Replay", "ReplayOptions", "ReplayResult", "replay"]
 
-ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
+ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig, SchedulerMemo], Decision]
 ProgressFn = Callable[[int, int], None]
 
 
@@ -76,6 +77,7 @@ class Replay:
         self.workload = workload
         self._traces = {tj.id: tj for tj in workload.jobs}
         self._schedule = schedule or _default_schedule()
+        self.memo = SchedulerMemo()  # what this replay's cycles remember (gpupool.scheduling.memo)
         self.queue = EventQueue()
         self._priority = {p.name: p.value for p in DEFAULT_PRIORITY_CLASSES}
         self._jobs: dict[str, SimJob] = {}
@@ -361,7 +363,7 @@ class Replay:
         )
 
     def _cycle(self, now: float) -> bool:
-        decision = self._schedule(self._snapshot(now), self.scenario.config)
+        decision = self._schedule(self._snapshot(now), self.scenario.config, self.memo)
         self.cycles += 1
         for start in decision.starts:
             self._start(start, now)

@@ -42,6 +42,7 @@ from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision, PriorityFactors, Start
+from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from gpupool.store.models import (
     AssignmentModel,
@@ -57,7 +58,7 @@ log = logging.getLogger("gpupool.control.machinery.loop")
 #: How often the leader deletes uploads past their retention (see control/services/uploads.py).
 PRUNE_EVERY_S = 3600.0
 
-ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig], Decision]
+ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig, SchedulerMemo], Decision]
 
 
 def default_schedule() -> ScheduleFn:
@@ -133,6 +134,7 @@ class SchedulingLoop:
         self.cp = cp
         self.config = config or SchedulerConfig()
         self._schedule = schedule
+        self.memo = SchedulerMemo()  # what this loop's cycles remember (gpupool.scheduling.memo)
         self.leadership = leadership or Leadership(cp)
         self.nodes = NodeService(cp)
         self.uploads = UploadService(cp)
@@ -160,7 +162,7 @@ class SchedulingLoop:
             snapshot, reads = build_snapshot(s, now, self.specs)
         if not snapshot.pending:
             return CycleResult(seconds=self.cp.clock.monotonic() - t0)
-        decision = self.schedule(snapshot, self.config)
+        decision = self.schedule(snapshot, self.config, self.memo)
         result = self._commit(decision, reads, now)
         self.priorities = decision.priorities  # read-only, built for this cycle
         seconds = self.cp.clock.monotonic() - t0
