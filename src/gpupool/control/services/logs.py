@@ -40,6 +40,7 @@ from sqlalchemy import select
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Invalid, NotFound
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
+from gpupool.domain.assignments import StopReason
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import LogAck, LogChunkRequest, LogStream
@@ -168,7 +169,7 @@ class LogService:
             # quick job may end before it was ever seen running: its exit says it ran.
             ran = (
                 last is not None
-                and last.stop_reason != "boot"
+                and last.stop_reason != StopReason.BOOT.value
                 and (
                     last.started_at is not None
                     or last.exit_code is not None

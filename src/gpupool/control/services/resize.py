@@ -26,6 +26,7 @@ from gpupool.control.machinery.orders import mark
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor
 from gpupool.control.services.jobs import JobDetail, JobService, load_details
+from gpupool.domain.assignments import AssignmentState
 from gpupool.domain.states import JobState
 from gpupool.domain.units import MILLI_PER_GPU, format_gpus, format_memory
 from gpupool.schemas.agent import ResizeOrder
@@ -100,7 +101,7 @@ class ResizeService:
 
 def _active_slices(s: Session, job_id: str) -> list[SliceModel]:
     live = select(AssignmentModel.id).where(
-        AssignmentModel.job_id == job_id, AssignmentModel.state != "finished"
+        AssignmentModel.job_id == job_id, AssignmentModel.state != AssignmentState.FINISHED.value
     )
     return list(
         s.scalars(
@@ -185,7 +186,9 @@ def _check_quota(
 def resize_orders(s: Session, live: list[AssignmentModel], epoch: int) -> list[ResizeOrder]:
     """The current slice of every running shim replica among ``live`` (one node's), for the
     heartbeat answer: level-triggered, so a lost answer or a restarted agent still converges."""
-    shim = {a.id: a for a in live if a.state == "running" and a.isolation == "shim"}
+    shim = {
+        a.id: a for a in live if a.state == AssignmentState.RUNNING.value and a.isolation == "shim"
+    }
     if not shim:
         return []
     first: dict[str, SliceModel] = {}

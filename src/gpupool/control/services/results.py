@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
+from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
@@ -87,9 +88,9 @@ class ResultService:
             if row is None or not tenant_visible(principal, row.tenant):
                 raise NotFound(f"job {job_id!r} not found: list your jobs with `gpupool queue`")
             state = JobState(row.state)
-            spec = row.spec or {}
-            uploaded = bool(spec.get("workdir_upload"))
-            replicas = int(spec.get("replicas") or 1)
+            stored = stored_job(row)
+            uploaded = stored.workdir_upload is not None
+            replicas = stored.job.spec.replicas
         if replica >= replicas:
             raise NotFound(f"job {job_id} has replicas 0 to {replicas - 1}, not {replica}")
         archive, meta = self._paths(job_id, replica)
