@@ -5,8 +5,14 @@ The loop is what a control plane does, with simulated time::
     pop every event of the next instant (the manual clock moves there)
     apply them: arrivals queue, finishes and stops free slices, failed nodes lose their jobs
     build a ClusterSnapshot, call gpupool.scheduling.scheduler.schedule(snapshot, config, memo)
-    apply the Decision: start jobs (their finish goes on the heap), stop preemption victims
+    apply the Decision through the server's applier: start jobs (their finish goes on the
+    heap), stop preemption victims
     record the state
+
+The Decision is applied by :func:`gpupool.control.machinery.apply.apply_decision`, the rules
+the live server's loop commits by; :class:`Replay` is that applier's in-memory adapter (its
+methods under "the applier's port"), as the store is the server's. So a replay test exercises
+the server's rules for starts, victims and what counts as a change.
 
 One scheduling cycle per distinct event instant, not per event: dense traces put many events
 on one instant. A cycle that decided preemptions with no grace period is followed by another
@@ -24,9 +30,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from gpupool.control.machinery.apply import (
+    Room,
+    VictimState,
+    apply_decision,
+    device_room,
+)
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.nodes import DeviceHealth, NodeState
 from gpupool.domain.pools import DEFAULT_POOL, Pool
@@ -35,7 +47,7 @@ from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.domain.transitions import should_requeue, transition
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.scheduling.config import SchedulerConfig
-from gpupool.scheduling.decision import Decision, Start
+from gpupool.scheduling.decision import Decision, PendingInfo, Preemption, Start
 from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 from gpupool.sim.engine import Event, EventKind, EventQueue
@@ -92,6 +104,9 @@ class Replay:
         self._devices_t = tuple(cluster.devices)
         self._down: set[str] = set()
         self._used: dict[str, int] = dict.fromkeys(self._devices, 0)
+        self._used_mem: dict[str, int] = dict.fromkeys(self._devices, 0)  # MiB
+        self._pool = Pool(DEFAULT_POOL)
+        self._now = 0.0  # the instant of the cycle being applied
         self._busy = 0
         self._stranded = 0
         self._allocated = 0
@@ -328,8 +343,9 @@ class Replay:
 
     # ------------------------------------------------------------------ capacity
 
-    def _take(self, uuid: str, milli: int) -> None:
+    def _take(self, uuid: str, milli: int, memory_mib: int) -> None:
         self._change(uuid, self._used[uuid] + milli)
+        self._used_mem[uuid] += memory_mib
 
     def _change(self, uuid: str, new: int) -> None:
         old = self._used[uuid]
@@ -343,6 +359,7 @@ class Replay:
         for r in replicas:
             for uuid in r.devices:
                 self._change(uuid, self._used[uuid] - r.milli_per_device)
+                self._used_mem[uuid] -= r.memory_per_device_mib
         self._tenant_alloc[sim.trace.tenant] -= sim.run_milli
 
     # ------------------------------------------------------------------ scheduling
@@ -355,7 +372,7 @@ class Replay:
             devices=self._devices_t,
             running=tuple(itertools.chain.from_iterable(self._running.values())),
             pending=tuple(self._pending.values()),
-            pools=(Pool(DEFAULT_POOL),),
+            pools=(self._pool,),
             tenants=self.workload.tenants,
             quotas=self.workload.quotas,
             priority_classes=DEFAULT_PRIORITY_CLASSES,
@@ -365,10 +382,8 @@ class Replay:
     def _cycle(self, now: float) -> bool:
         decision = self._schedule(self._snapshot(now), self.scenario.config, self.memo)
         self.cycles += 1
-        for start in decision.starts:
-            self._start(start, now)
-        for preemption in decision.preemptions:
-            self._preempt(preemption.victim, preemption.for_job, now)
+        self._now = now
+        applied = apply_decision(decision, self)
         # A job the scheduler says fits nowhere on this cluster (too large, no device of its
         # type) is refused rather than left to block a FIFO queue; not while a node is down,
         # as the cluster is then smaller than it will be.
@@ -384,9 +399,26 @@ class Replay:
                     rejected = True
         if rejected and self._pending:  # what waited behind it gets a cycle at once
             self.queue.push(now, Event(EventKind.CYCLE, "cycle"))
-        return bool(decision.starts or decision.preemptions)
+        return applied.changed
 
-    def _start(self, start: Start, now: float) -> None:
+    # ------------------------------------------------------------------ the applier's port
+    # The in-memory adapter of gpupool.control.machinery.apply.DecisionTarget: the rules (what
+    # is refused, which victims are left alone) are the applier's; these only change state.
+
+    def still_pending(self, start: Start) -> bool:
+        return start.job_id in self._pending
+
+    def free_room(self, uuids: Iterable[str]) -> Mapping[str, Room]:
+        overcommit = self._pool.memory_overcommit
+        devices, used, used_mem = self._devices, self._used, self._used_mem
+        return {
+            uuid: device_room(devices[uuid].memory_mib, overcommit, used[uuid], used_mem[uuid])
+            for uuid in uuids
+            if uuid in devices
+        }
+
+    def start(self, start: Start) -> None:
+        now = self._now
         sim = self._jobs[start.job_id]
         self._dequeue(sim)
         self._move(sim, JobState.CONFIGURING, now, "placed")
@@ -415,7 +447,7 @@ class Replay:
         )
         for r in replicas:
             for uuid in r.devices:
-                self._take(uuid, r.milli_per_device)
+                self._take(uuid, r.milli_per_device, r.memory_per_device_mib)
         self._running[start.job_id] = replicas
         sim.start(now, replicas)
         self._tenant_alloc[sim.trace.tenant] += sim.run_milli
@@ -424,17 +456,34 @@ class Replay:
         if interval is not None and spec.preemptible and sim.work_left > interval:
             heapq.heappush(self._ckpt_heap, (now + interval, start.job_id, sim.runs))
 
-    def _preempt(self, victim: str, for_job: str, now: float) -> None:
+    def victim_state(self, job_id: str) -> VictimState:
+        state = self._jobs[job_id].job.state
+        if state is JobState.RUNNING:
+            return VictimState.RUNNING
+        if state is JobState.CONFIGURING:  # never seen here: a replay start runs at once
+            return VictimState.STARTING
+        return VictimState.STOPPING
+
+    def stop(self, preemption: Preemption, *, at_once: bool, reason: str) -> None:
+        now, victim = self._now, preemption.victim
         sim = self._jobs[victim]
-        if sim.job.state is not JobState.RUNNING:
+        if at_once:
+            self._interrupt(sim, now, JobState.PREEMPTED, reason)
+            sim.preemptions += 1
             return
-        self._move(sim, JobState.COMPLETING, now, f"preempted for {for_job}")
+        self._move(sim, JobState.COMPLETING, now, reason)
+        for_job = preemption.for_job
         replicas = tuple(replace(r, preempted_for=for_job) for r in self._running[victim])
         self._running[victim] = replicas
         sim.replicas = replicas
         self.queue.push(
             now + sim.job.spec.grace_period_s, Event(EventKind.STOPPED, victim, sim.runs)
         )
+
+    def note_pending(self, pending: Mapping[str, PendingInfo]) -> None:
+        """Waiting jobs' reasons are not part of a replay's record."""
+
+    # ------------------------------------------------------------------ checkpoints and usage
 
     def _refresh_checkpoints(self, now: float) -> None:
         """Tell the scheduler each preemptible run's latest checkpoint (for victim costs).
