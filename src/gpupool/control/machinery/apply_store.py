@@ -27,8 +27,10 @@ from gpupool.control.machinery.apply import (
     device_room,
 )
 from gpupool.control.machinery.jobstate import move, order_stop, requeue_if_allowed
+from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.machinery.orders import mark
 from gpupool.control.machinery.snapshot import PendingRead
+from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.states import JobState
 from gpupool.scheduling.decision import PendingInfo, Preemption, Start
 from gpupool.store.models import (
@@ -126,7 +128,7 @@ class StoreTarget:
                     attempt=row.restart_count,
                     node=r.node,
                     epoch=self.epoch,
-                    state="dispatched",
+                    state=AssignmentState.DISPATCHED.value,
                     created_at=now,
                     master_port=port if r.rank == 0 else None,
                 )
@@ -161,15 +163,15 @@ class StoreTarget:
         s, now = self.session, self.now
         row = s.get(JobModel, preemption.victim)
         assert row is not None  # victim_state() read it in this transaction
-        signal = row.spec.get("checkpoint_signal", "SIGTERM")
-        grace = float(row.spec.get("grace_period_s", 30.0))
+        policy = stored_job(row).stop_policy
+        signal, grace = policy.signal, policy.grace_s
         if at_once:
-            order_stop(s, row.id, "preempt", signal, grace, for_job=preemption.for_job)
+            order_stop(s, row.id, StopReason.PREEMPT, signal, grace, for_job=preemption.for_job)
             move(s, row, JobState.PREEMPTED, now, reason=reason)
             requeue_if_allowed(s, row, now)
         else:
             move(s, row, JobState.COMPLETING, now, reason=reason)
-            order_stop(s, row.id, "preempt", signal, grace, for_job=preemption.for_job)
+            order_stop(s, row.id, StopReason.PREEMPT, signal, grace, for_job=preemption.for_job)
 
     def note_pending(self, pending: Mapping[str, PendingInfo]) -> None:
         changed = [
