@@ -581,20 +581,26 @@ API CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
     return array_new(a, d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
                             d->NumChannels * fmt_bytes(d->Format));
 }
-API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUarray a, CUdevice d) {
-    (void)d;
+/* What an array or a mipmapped array takes, as the driver reports it (512-byte alignment). */
+static CUresult memory_requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, size_t bytes) {
     memset(r, 0, sizeof *r);
-    r->size = a->bytes;
+    r->size = bytes;
     r->alignment = 512;
     return CUDA_SUCCESS;
 }
-API CUresult cuArrayDestroy(CUarray a) {
+/* Give an array's bytes back to the current device and free its record. */
+static CUresult release_array(void *record, size_t bytes) {
     pthread_mutex_lock(&g_mem_lock);
-    g_used[cur_dev() < 0 ? 0 : cur_dev()] -= a->bytes;
+    g_used[cur_dev() < 0 ? 0 : cur_dev()] -= bytes;
     pthread_mutex_unlock(&g_mem_lock);
-    free(a);
+    free(record);
     return CUDA_SUCCESS;
 }
+API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUarray a, CUdevice d) {
+    (void)d;
+    return memory_requirements(r, a->bytes);
+}
+API CUresult cuArrayDestroy(CUarray a) { return release_array(a, a->bytes); }
 
 API CUresult cuEventCreate(CUevent *e, unsigned f) {
     (void)f;
@@ -828,18 +834,9 @@ API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESC
 API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUmipmappedArray m,
                                                    CUdevice d) {
     (void)d;
-    memset(r, 0, sizeof *r);
-    r->size = m->bytes;
-    r->alignment = 512;
-    return CUDA_SUCCESS;
+    return memory_requirements(r, m->bytes);
 }
-API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
-    pthread_mutex_lock(&g_mem_lock);
-    g_used[cur_dev() < 0 ? 0 : cur_dev()] -= m->bytes;
-    pthread_mutex_unlock(&g_mem_lock);
-    free(m);
-    return CUDA_SUCCESS;
-}
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) { return release_array(m, m->bytes); }
 API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
 
 /* Like the real driver: the name plus the version and stream flavour pick an exported variant. */
