@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpupool.agent.agent import SOFT_HOOK_DIR
+from gpupool.agent.launch import SOFT_HOOK_DIR
 from gpupool.runtime.isolation import (
     IsolationUnavailable,
     SliceContext,

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from gpupool.agent import mpsplan
-from gpupool.agent.agent import SOFT_HOOK_DIR
+from gpupool.agent.launch import SOFT_HOOK_DIR
 from gpupool.agent.node import nvlink_groups
 from gpupool.agent.probe import cuda_client
 from gpupool.agent.usage import foreign_pids
