@@ -560,16 +560,22 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
 static size_t fmt_bytes(CUarray_format f) {
     return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 ? 4 : f == CU_AD_FORMAT_HALF ? 2 : 1;
 }
+/* Charge an array's bytes to the current device, or refuse them when the device is full. */
+static CUresult take_array_bytes(size_t bytes) {
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_mem_lock);
+    if (g_used[cur_dev()] + bytes > phys())
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        g_used[cur_dev()] += bytes;
+    pthread_mutex_unlock(&g_mem_lock);
+    return r;
+}
 static CUresult array_new(CUarray *a, size_t bytes) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     bytes = (bytes + 511) / 512 * 512; /* the fake's layout: rows of 512-byte granules */
-    pthread_mutex_lock(&g_mem_lock);
-    if (g_used[cur_dev()] + bytes > phys()) {
-        pthread_mutex_unlock(&g_mem_lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    g_used[cur_dev()] += bytes;
-    pthread_mutex_unlock(&g_mem_lock);
+    CUresult taken = take_array_bytes(bytes);
+    if (taken != CUDA_SUCCESS) return taken;
     *a = malloc(sizeof **a);
     (*a)->bytes = bytes;
     return CUDA_SUCCESS;
@@ -820,13 +826,8 @@ API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESC
         h = h > 1 ? h / 2 : 1;
         z = z > 1 ? z / 2 : 1;
     }
-    pthread_mutex_lock(&g_mem_lock);
-    if (g_used[cur_dev()] + bytes > phys()) {
-        pthread_mutex_unlock(&g_mem_lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    g_used[cur_dev()] += bytes;
-    pthread_mutex_unlock(&g_mem_lock);
+    CUresult taken = take_array_bytes(bytes);
+    if (taken != CUDA_SUCCESS) return taken;
     *m = malloc(sizeof **m);
     (*m)->bytes = bytes;
     return CUDA_SUCCESS;
