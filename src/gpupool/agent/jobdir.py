@@ -67,6 +67,10 @@ class LaunchSpec:
     uid: int | None = None  # run as this account (``None``: the supervisor's own)
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
+    #: A container job's steps (gpupool.containers.engines.ContainerPlan); empty for a bare one.
+    prepare: list[list[str]] = field(default_factory=list)
+    cleanup: list[list[str]] = field(default_factory=list)
+    boot_exit_codes: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

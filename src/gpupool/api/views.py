@@ -24,6 +24,7 @@ from gpupool.schemas.admin import (
     TokenView,
     UserView,
 )
+from gpupool.schemas.containers import container_wire
 from gpupool.schemas.jobs import FactorView, JobEventView, JobSliceView, JobView
 from gpupool.schemas.nodes import DeviceSliceView, DeviceView, NodeView, UsageLineView
 
@@ -62,6 +63,7 @@ def job_view(
         reason=job.reason,
         isolation=job.isolation.value if job.isolation else None,
         time_limit_s=spec.time_limit_s,
+        container=container_wire(spec.container),
         array_id=job.array.array_id if job.array else None,
         array_index=job.array.index if job.array else None,
         pending_reason=detail.pending_reason if detail else None,

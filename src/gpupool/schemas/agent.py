@@ -43,6 +43,7 @@ import enum
 from pydantic import Field
 
 from gpupool.schemas.base import WireModel
+from gpupool.schemas.containers import ContainerWire
 
 #: What a slice does with an allocation that fits it but not the GPU's free memory (a pool's
 #: ``memory_oversubscription``): ``fail`` (out of memory) or ``spill`` (host memory, counted).
@@ -262,6 +263,9 @@ class AssignmentSpec(WireModel):
     priority: int = 0
     preemptible: bool = False
     array: ArrayInfo | None = None
+    container: ContainerWire | None = Field(
+        default=None, description="run the command in this image (None: a bare process)"
+    )
 
 
 class StopOrder(WireModel):
