@@ -7,11 +7,14 @@ back: stdout, stderr and exit code byte for byte.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
+from typing import Any
 
 from tests.containers.conftest import IMAGE_PATH, OS_RELEASE
-from tests.e2e.pool import PY, REPO, Pool
+from tests.e2e.pool import PY, REPO, Pool, wait_for
 
 TIMEOUT = 180.0
 
@@ -69,3 +72,110 @@ def test_a_job_in_an_image_prints_from_inside_it_byte_for_byte(
     assert logs.stdout == "err \u03b2 no newline".encode(), logs
     shown = cli(cpool, "show", job_id)
     assert busybox_image in shown.stdout.decode()
+
+
+def submit(pool: Pool, image: str, name: str, script: str, **spec: Any) -> str:
+    """Submit ``script`` (shell text, run by the image's sh) in ``image``, with the pool's
+    ``out`` folder mounted at ``/out``."""
+    container = {"image": image, "mounts": [f"{pool.out}:/out"], **spec.pop("container", {})}
+    body = {"name": name, "script": script, "container": container, **spec}
+    return str(pool.post("/v1/jobs", {"spec": body})["job"]["id"])
+
+
+def containers(env: dict[str, str]) -> list[str]:
+    """Names of gpupool's containers on this machine, running or not."""
+    done = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", "name=gpupool-"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def assignment_of(pool: Pool, job_id: str) -> str:
+    jobs = pool.root / "agents" / "n1" / "jobs"
+    for record in jobs.glob("*/assignment.json"):
+        if json.loads(record.read_text())["assignment"]["job_id"] == job_id:
+            return record.parent.name
+    raise AssertionError(f"no replica folder of job {job_id} under {jobs}")
+
+
+def test_cancel_ends_the_whole_container_even_one_that_ignores_the_signal(
+    cpool: Pool, busybox_image: str, podman_env: dict[str, str]
+) -> None:
+    job_id = submit(
+        cpool,
+        busybox_image,
+        "stubborn",
+        "trap '' TERM; echo started > /out/stubborn.started; while true; do sleep 1; done",
+        checkpoint={"grace": "2s"},
+    )
+    cpool.wait_state(job_id, "RUNNING", timeout=TIMEOUT)
+    wait_for((cpool.out / "stubborn.started").exists, TIMEOUT, "the job's start")
+    key = assignment_of(cpool, job_id)
+    name = f"gpupool-{key}"
+    assert name in containers(podman_env)
+    cdi = Path("/var/run/cdi") / f"gpupool-{key}.json"
+    assert json.loads(cdi.read_text())["devices"][0]["name"] == key
+    done = cli(cpool, "cancel", job_id)
+    assert done.returncode == 0, done
+    cpool.wait_state(job_id, "CANCELLED", timeout=TIMEOUT)
+    wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
+    wait_for(lambda: not cdi.exists(), TIMEOUT, f"{cdi} removed")
+
+
+def test_the_checkpoint_signal_reaches_the_job_inside_and_its_checkpoint_survives_requeue(
+    cpool: Pool, busybox_image: str
+) -> None:
+    script = (
+        'ck="$GPUPOOL_CHECKPOINT_DIR/state"; '
+        'if [ -e "$ck" ]; then '
+        'echo "found $(cat $ck)" > /out/ckpt.$GPUPOOL_RESTART_COUNT; exit 0; fi; '
+        "trap 'echo saved > \"$ck\"; echo got USR1; exit 0' USR1; "
+        "echo first > /out/ckpt.started; while true; do sleep 0.2; done"
+    )
+    low = submit(
+        cpool,
+        busybox_image,
+        "ckpt",
+        script,
+        priority="low",
+        preemptible=True,
+        resources={"gpus": 2, "cpus": "100m"},
+        checkpoint={"signal": "SIGUSR1", "grace": "60s"},
+    )
+    cpool.wait_state(low, "RUNNING", timeout=TIMEOUT)
+    wait_for((cpool.out / "ckpt.started").exists, TIMEOUT, "the low job's start")
+    high = submit(cpool, busybox_image, "high", "echo high", priority="high", resources={"gpus": 1})
+    assert cpool.wait_state(high, "COMPLETED", timeout=TIMEOUT)["state"] == "COMPLETED"
+    wait_for((cpool.out / "ckpt.1").exists, TIMEOUT, "the requeued run")
+    assert (cpool.out / "ckpt.1").read_text() == "found saved\n"
+    assert cpool.wait_state(low, "COMPLETED", timeout=TIMEOUT)["restart_count"] == 1
+    events = cpool.get(f"/v1/jobs/{low}/events")
+    assert any(f"preempted for job {high}" in str(e) for e in events), events
+
+
+def test_an_agent_killed_and_restarted_readopts_its_running_container(
+    cpool: Pool, busybox_image: str, podman_env: dict[str, str]
+) -> None:
+    job_id = submit(
+        cpool,
+        busybox_image,
+        "adopt",
+        "echo run >> /out/adopt.runs; while [ ! -e /out/adopt.go ]; do sleep 0.2; done; "
+        "echo finished; exit 5",
+    )
+    cpool.wait_state(job_id, "RUNNING", timeout=TIMEOUT)
+    wait_for((cpool.out / "adopt.runs").exists, TIMEOUT, "the job's start")
+    name = f"gpupool-{assignment_of(cpool, job_id)}"
+    cpool.kill_agent("n1")
+    assert name in containers(podman_env)  # the container outlives its agent
+    cpool.start_agent("n1", "2xA100-80GB")
+    (cpool.out / "adopt.go").touch()
+    done = cpool.wait_state(job_id, "FAILED", "COMPLETED", timeout=TIMEOUT)
+    assert (done["state"], done["exit_code"]) == ("FAILED", 5)
+    assert (cpool.out / "adopt.runs").read_text() == "run\n"  # adopted, never started twice
+    assert cli(cpool, "logs", job_id).stdout == b"finished\n"
+    wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
