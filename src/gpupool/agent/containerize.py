@@ -168,7 +168,7 @@ class ContainerRoom:
             groups=[],
             prepare=plan.prepare,
             cleanup=[*plan.cleanup, ["rm", "-f", str(cdi_path)]],
-            boot_exit_codes=plan.boot_exit_codes,
+            boot_failure=dict(plan.boot_failure),
         )
 
 

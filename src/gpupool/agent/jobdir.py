@@ -70,7 +70,7 @@ class LaunchSpec:
     #: A container job's steps (gpupool.containers.engines.ContainerPlan); empty for a bare one.
     prepare: list[list[str]] = field(default_factory=list)
     cleanup: list[list[str]] = field(default_factory=list)
-    boot_exit_codes: list[int] = field(default_factory=list)
+    boot_failure: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

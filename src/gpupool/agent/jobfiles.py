@@ -51,10 +51,10 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "groups": [],
     # Containers (see gpupool.containers.engines.ContainerPlan): argv lists run before the
     # program (a failure is a boot failure) and after it (always), and the program's exit codes
-    # that mean it never started.
+    # that mean it never started (see gpupool.agent.supervisor).
     "prepare": [],
     "cleanup": [],
-    "boot_exit_codes": [],
+    "boot_failure": {},
 }
 LAUNCH_REQUIRED = ("argv", "env", "cwd")
 

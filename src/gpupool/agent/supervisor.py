@@ -18,9 +18,9 @@ all engine commands the agent made: ``prepare`` steps run before the program (pu
 when the node lacks it, create the container; their output goes to ``prepare.log``, a failure
 is a boot failure with the engine's message, a stop request ends them), ``cleanup`` steps run
 after it however it ended (remove the container, so a ``SIGKILL`` of the attached engine client
-never leaves the container running), and ``boot_exit_codes``: the program's exit codes that
-mean the engine could not start the container's command (a missing entrypoint), recorded as a
-boot failure with the end of its stderr.
+never leaves the container running), and ``boot_failure``: the exit codes and first words of
+stderr that mean the engine could not start the container's command (a missing entrypoint),
+recorded as a boot failure with the end of its stderr.
 
 The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
 itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
@@ -85,6 +85,18 @@ def _tail(path: str, size: int = 1500) -> str:
     except OSError:
         return ""
     return data.decode("utf-8", "replace").strip()
+
+
+def _never_ran(rule: dict[str, Any], code: int | None, stderr: str) -> str | None:
+    """The boot failure's reason when the program's end matches ``rule`` (a launch record's
+    ``boot_failure``: its program never started), else ``None``."""
+    if not rule or code is None or code == 0:
+        return None
+    tail = _tail(stderr)
+    starts = rule.get("stderr_starts", [])
+    if code in rule.get("exit_codes", []) or any(tail.startswith(s) for s in starts):
+        return f"{rule.get('what', 'the program did not start')}: {tail or f'exit {code}'}"
+    return None
 
 
 def _signal_number(name: str) -> int:
@@ -213,12 +225,10 @@ class Supervisor:
         for t in pumps:
             t.join(timeout=5.0)
         code = proc.returncode
-        if stop_reason is None and code in spec["boot_exit_codes"]:
+        never_ran = _never_ran(spec["boot_failure"], code, self._file(jobfiles.STDERR))
+        if stop_reason is None and never_ran is not None:
             self._write(
-                status=BOOT_FAILED,
-                pid=proc.pid,
-                ended_at=self.clock.now(),
-                reason=_tail(self._file(jobfiles.STDERR)) or f"the engine ended with {code}",
+                status=BOOT_FAILED, pid=proc.pid, ended_at=self.clock.now(), reason=never_ran
             )
             return 0
         self._write(
@@ -265,8 +275,8 @@ class Supervisor:
                     step.wait()
                     return request[0], "stopped before its program started"
             if step.returncode != 0:
-                what = " ".join(argv[:2])
-                return None, f"{what} failed: {_tail(log) or f'exit {step.returncode}'}"
+                why = _tail(log) or f"{argv[0]} ended with {step.returncode}"
+                return None, f"preparing the job failed: {why}"
         return None
 
     def _cleanup(self, spec: dict[str, Any]) -> None:

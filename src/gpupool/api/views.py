@@ -148,6 +148,7 @@ def node_view(n: NodeInfo) -> NodeView:
         memory_mib=n.node.memory_mib,
         agent_version=n.agent_version,
         isolation_modes=list(n.isolation_modes),
+        container_engines=list(n.container_engines),
         last_heartbeat=n.last_heartbeat,
         labels=dict(n.node.labels),
         devices=[
@@ -164,6 +165,8 @@ def pool_view(p: Pool) -> PoolView:
         price_per_gpu_hour=dict(p.price_per_gpu_hour),
         default_price_per_gpu_hour=p.default_price_per_gpu_hour,
         memory_oversubscription=p.memory_oversubscription,
+        container_engine=p.container_engine,
+        image_registries=list(p.image_registries),
     )
 
 

@@ -10,8 +10,10 @@ replica's supervisor runs, with nothing engine-specific left for the agent or th
   byte for byte, and signals sent to it are passed to the container's process;
 - ``cleanup``: run after the job ended however it ended (also after ``SIGKILL`` of the
   attached client), so that the whole container is gone;
-- ``boot_exit_codes``: exit codes of ``argv`` that mean the engine could not start the
-  container's program (a missing entrypoint): a boot failure, not the job's own exit.
+- ``boot_failure``: how an end of ``argv`` that means the engine could not start the
+  container's program (a missing entrypoint) looks: an exit code the engine keeps for its own
+  errors (125), or the first words the init process (catatonit) writes when it cannot ``exec``
+  the program; such an end is a boot failure, not the job's own exit.
 
 Engines are found by name in :data:`ENGINES` (no ``if name ==`` chains); :func:`detect` says
 which of them a node can use and, for the others, what is missing.
@@ -26,6 +28,7 @@ that the job is not PID 1 and gets a stop signal's default action as a bare proc
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -81,7 +84,7 @@ class ContainerPlan:
     prepare: list[list[str]]
     argv: list[str]
     cleanup: list[list[str]]
-    boot_exit_codes: list[int] = field(default_factory=list)
+    boot_failure: dict[str, list[int] | list[str] | str] = field(default_factory=dict)
 
 
 class Engine(Protocol):
@@ -89,7 +92,7 @@ class Engine(Protocol):
 
     name: str
 
-    def check(self, env: Mapping[str, str]) -> EngineCheck:
+    def check(self, env: Mapping[str, str], *, deep: bool = False) -> EngineCheck:
         """Whether it works here (runs the engine's binary: agent start and precheck only)."""
         ...
 
@@ -115,18 +118,29 @@ class OciCli:
     binary = ""
     init_flag = "--init"
 
-    def check(self, env: Mapping[str, str]) -> EngineCheck:
+    def check(self, env: Mapping[str, str], *, deep: bool = False) -> EngineCheck:
+        """Fast by default (the binary, its version, what it needs beside it: agent start);
+        ``deep`` also asks the engine to describe its host (``gpupool precheck``)."""
         path = shutil.which(self.binary, path=env.get("PATH"))
         if path is None:
             return EngineCheck(self.name, False, missing=f"{self.binary} is not installed")
-        code, out = _run([path, "version", "--format", "{{.Client.Version}}"], env)
+        code, out = _run([path, "--version"], env)
         if code != 0:
-            return EngineCheck(self.name, False, missing=f"{self.binary} does not answer: {out}")
-        version = out.splitlines()[-1] if out else None
-        return self._runtime_check(path, version, env)
+            return EngineCheck(self.name, False, missing=f"{self.binary} --version failed: {out}")
+        found = re.search(r"version v?([0-9][\w.+-]*?),?(?:\s|$)", out)
+        version = found.group(1) if found else None
+        missing = self.missing(env)
+        if missing is None and deep:
+            missing = self.deep_missing(path, env)
+        return EngineCheck(self.name, missing is None, version, missing)
 
-    def _runtime_check(self, path: str, version: str | None, env: Mapping[str, str]) -> EngineCheck:
-        return EngineCheck(self.name, True, version)
+    def missing(self, env: Mapping[str, str]) -> str | None:
+        """What the engine lacks here, found without running it (``None``: nothing)."""
+        return None
+
+    def deep_missing(self, path: str, env: Mapping[str, str]) -> str | None:
+        code, out = _run([path, "info", "--format", "{{.Host.OCIRuntime.Name}}"], env, 60)
+        return None if code == 0 else f"{self.binary} info failed: {out[-300:]}"
 
     def has_init(self) -> bool:
         return any(os.access(p, os.X_OK) for p in INIT_PATHS)
@@ -164,7 +178,11 @@ class OciCli:
             prepare=[pull, create],
             argv=[b, "start", "--attach", job.name],
             cleanup=[[b, "rm", "--force", "--time", "0", job.name]],
-            boot_exit_codes=[125],
+            boot_failure={
+                "exit_codes": [125],
+                "stderr_starts": ["ERROR (catatonit:"],
+                "what": f"cannot start {' '.join(job.argv)!r} in image {job.image}",
+            },
         )
 
 
@@ -172,16 +190,10 @@ class Podman(OciCli):
     name = "podman"
     binary = "podman"
 
-    def _runtime_check(self, path: str, version: str | None, env: Mapping[str, str]) -> EngineCheck:
-        code, out = _run([path, "info", "--format", "{{.Host.OCIRuntime.Name}}"], env)
-        if code != 0:
-            return EngineCheck(
-                self.name,
-                False,
-                version,
-                missing=f"podman info failed ({out[-300:]}): install runc, see docs/deploy.md",
-            )
-        return EngineCheck(self.name, True, version)
+    def missing(self, env: Mapping[str, str]) -> str | None:
+        if shutil.which("runc", path=env.get("PATH")) is None:
+            return "runc is not installed (the agent's containers.conf runs podman with runc)"
+        return None
 
     def create_flags(self, job: ContainerJob) -> list[str]:
         return ["--log-driver", "none"]  # the supervisor keeps the logs
@@ -191,22 +203,24 @@ class Docker(OciCli):
     name = "docker"
     binary = "docker"
 
-    def _runtime_check(self, path: str, version: str | None, env: Mapping[str, str]) -> EngineCheck:
-        code, out = _run([path, "info", "--format", "{{.ServerVersion}}"], env)
-        if code != 0 or not out or "Cannot connect" in out:
-            return EngineCheck(
-                self.name, False, version, missing="the docker daemon is not running"
-            )
-        return EngineCheck(self.name, True, version)
+    def missing(self, env: Mapping[str, str]) -> str | None:
+        host = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if host.startswith("unix://") and not os.path.exists(host[len("unix://") :]):
+            return f"the docker daemon is not running (no {host[len('unix://') :]})"
+        return None
+
+    def deep_missing(self, path: str, env: Mapping[str, str]) -> str | None:
+        code, out = _run([path, "info", "--format", "{{.ServerVersion}}"], env, 60)
+        return None if code == 0 else f"docker info failed: {out[-300:]}"
 
 
 #: Engines by name, in the order a node prefers them when a pool names no default.
 ENGINES: dict[str, Engine] = {"podman": Podman(), "docker": Docker()}
 
 
-def detect(env: Mapping[str, str]) -> list[EngineCheck]:
+def detect(env: Mapping[str, str], *, deep: bool = False) -> list[EngineCheck]:
     """Every known engine's check on this node."""
-    return [engine.check(env) for engine in ENGINES.values()]
+    return [engine.check(env, deep=deep) for engine in ENGINES.values()]
 
 
 def write_containers_conf(folder: Path) -> Path:

@@ -87,6 +87,11 @@ class RegisterRequest(WireModel):
         description=f"modes this node can enforce, among {', '.join(ISOLATION_MODES)}",
     )
     labels: dict[str, str] = Field(default_factory=dict)
+    container_engines: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="container engines this node can run jobs with (podman, docker)",
+    )
     pool: str | None = None
     agent_id: str | None = Field(
         default=None,

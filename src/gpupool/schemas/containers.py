@@ -20,8 +20,11 @@ class ContainerWire(WireModel):
     engine: str | None = None
 
 
-def container_wire(spec: ContainerSpec | None) -> ContainerWire | None:
-    """The domain value on the wire (``None`` stays ``None``)."""
+def container_wire(
+    spec: ContainerSpec | None, *, default_engine: str | None = None
+) -> ContainerWire | None:
+    """The domain value on the wire (``None`` stays ``None``); ``default_engine`` for a job
+    that names none (a start order carries the pool's)."""
     if spec is None:
         return None
     return ContainerWire(
@@ -29,5 +32,5 @@ def container_wire(spec: ContainerSpec | None) -> ContainerWire | None:
         mounts=[str(m) for m in spec.mounts],
         workdir=spec.workdir,
         env=dict(spec.env),
-        engine=spec.engine,
+        engine=spec.engine or default_engine,
     )

@@ -239,6 +239,8 @@ def pool_from_row(row: PoolModel) -> Pool:
         price_per_gpu_hour=tuple(sorted(row.prices.items())),
         default_price_per_gpu_hour=row.default_price,
         memory_oversubscription=row.memory_oversubscription,
+        container_engine=row.container_engine,
+        image_registries=tuple(row.image_registries or ()),
     )
 
 
