@@ -76,7 +76,6 @@ install_containers() {
     # podman runs the container tests as root with runc and cgroupfs (crun refuses this kind of
     # machine's hybrid cgroups); busybox-static is the root file system of the test images.
     apt_install podman runc busybox-static uidmap
-    apt_install catatonit  # podman --init: a container job is not PID 1, so signals act as on bare jobs
 }
 
 start_postgres

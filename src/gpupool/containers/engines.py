@@ -11,18 +11,25 @@ replica's supervisor runs, with nothing engine-specific left for the agent or th
 - ``cleanup``: run after the job ended however it ended (also after ``SIGKILL`` of the
   attached client), so that the whole container is gone;
 - ``boot_failure``: how an end of ``argv`` that means the engine could not start the
-  container's program (a missing entrypoint) looks: an exit code the engine keeps for its own
-  errors (125), or the first words the init process (catatonit) writes when it cannot ``exec``
-  the program; such an end is a boot failure, not the job's own exit.
+  container's program (a missing entrypoint) looks: the exit code the engine keeps for its own
+  errors (125); such an end is a boot failure, not the job's own exit.
 
 Engines are found by name in :data:`ENGINES` (no ``if name ==`` chains); :func:`detect` says
 which of them a node can use and, for the others, what is missing.
 
 podman notes (4.3, Debian): it runs as root (the agent's account) and the container's
-process as the job's account (``--user``); the agent writes its own ``containers.conf``
-(:func:`write_containers_conf`: ``runc``, ``cgroupfs``, no default ulimits), which works on
-hybrid cgroup hosts where ``crun`` refuses. ``--init`` (catatonit) is used when installed so
-that the job is not PID 1 and gets a stop signal's default action as a bare process does.
+process as the job's account (``--user``, ``no-new-privileges``); the agent writes its own
+``containers.conf`` (:func:`write_containers_conf`: ``runc``, ``cgroupfs``, no default
+ulimits), which works on hybrid cgroup hosts where ``crun`` refuses.
+
+**Host PID and network namespaces.** A container job shares the node's PID namespace
+(``--pid host``): the shim's region records and reaps its processes by PID, and the agent's
+rules (memory watchdog, NVML's process lists, the replica marker that finds strays) match
+host PIDs, so a job in its own PID namespace would have its slots reaped as "dead" and escape
+its slice. It also means the job is not PID 1, so a stop signal acts as on a bare process.
+It shares the node's network (``--network host``) so that a gang's ``MASTER_ADDR`` and
+``MASTER_PORT`` work as they do for bare jobs. Its file system, mounts, devices and account
+are the container's.
 """
 
 from __future__ import annotations
@@ -48,8 +55,6 @@ default_ulimits = []
 cgroup_manager = "cgroupfs"
 runtime = "runc"
 """
-#: Where podman looks for catatonit for ``--init``.
-INIT_PATHS = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit", "/usr/libexec/catatonit")
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,6 @@ class OciCli:
 
     name = ""
     binary = ""
-    init_flag = "--init"
 
     def check(self, env: Mapping[str, str], *, deep: bool = False) -> EngineCheck:
         """Fast by default (the binary, its version, what it needs beside it: agent start);
@@ -142,18 +146,13 @@ class OciCli:
         code, out = _run([path, "info", "--format", "{{.Host.OCIRuntime.Name}}"], env, 60)
         return None if code == 0 else f"{self.binary} info failed: {out[-300:]}"
 
-    def has_init(self) -> bool:
-        return any(os.access(p, os.X_OK) for p in INIT_PATHS)
-
     def create_flags(self, job: ContainerJob) -> list[str]:
         return []
 
     def plan(self, job: ContainerJob) -> ContainerPlan:
         b = self.binary
-        create = [b, "create", "--name", job.name, "--pull", "never", "--network", "host"]
-        create += self.create_flags(job)
-        if self.has_init():
-            create.append(self.init_flag)
+        create = [b, "create", "--name", job.name, "--pull", "never"]
+        create += ["--network", "host", "--pid", "host", *self.create_flags(job)]
         if job.user is not None:
             create += ["--user", f"{job.user[0]}:{job.user[1]}"]
             create += [f"--group-add={g}" for g in job.groups if g != job.user[1]]
@@ -180,7 +179,6 @@ class OciCli:
             cleanup=[[b, "rm", "--force", "--time", "0", job.name]],
             boot_failure={
                 "exit_codes": [125],
-                "stderr_starts": ["ERROR (catatonit:"],
                 "what": f"cannot start {' '.join(job.argv)!r} in image {job.image}",
             },
         )
