@@ -11,7 +11,6 @@ The program must be held exactly as the same job run bare is (see the shim pool'
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
