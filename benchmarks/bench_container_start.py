@@ -33,9 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpupool.containers.engines import CONTAINERS_CONF  # noqa: E402
 from tests.containers.conftest import build_rootfs, import_image  # noqa: E402
 from tests.e2e.pool import Pool, wait_for  # noqa: E402
+
+from gpupool.containers.engines import CONTAINERS_CONF  # noqa: E402
 
 
 def run_one(pool: Pool, name: str, image: str | None) -> dict[str, float]:
@@ -110,7 +111,7 @@ def main() -> int:
             indent=1,
         )
     )
-    print("\n| kind | start order -> RUNNING (median ms) | start order -> first action (median ms) |")
+    print("\n| kind | start order -> RUNNING (ms) | start order -> first action (ms) |")
     print("|---|---|---|")
     for kind, row in summary.items():
         print(f"| {kind} | {row['running_ms']} | {row['first_action_ms']} |")
