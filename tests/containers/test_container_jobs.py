@@ -72,6 +72,16 @@ def test_a_job_in_an_image_prints_from_inside_it_byte_for_byte(
     assert logs.stdout == "err \u03b2 no newline".encode(), logs
     shown = cli(cpool, "show", job_id)
     assert busybox_image in shown.stdout.decode()
+    # The image was on the node: no pull, and no progress event for one.
+    done = cpool.state_dir("n1") / "done"
+    (log,) = [
+        p.parent / "prepare.log"
+        for p in done.glob("*/assignment.json")
+        if json.loads(p.read_text())["assignment"]["job_id"] == job_id
+    ]
+    assert "Trying to pull" not in log.read_text()
+    events = cpool.get(f"/v1/jobs/{job_id}/events")
+    assert not [e for e in events if e["source"] == e["target"] == "CONFIGURING"], events
 
 
 def submit(pool: Pool, image: str, name: str, script: str, **spec: Any) -> str:

@@ -89,6 +89,11 @@ def test_an_image_that_exists_nowhere_ends_the_attempt_with_the_engines_message(
     assert done["restart_count"] == 1
     assert "preparing the job failed" in done["reason"]
     assert "localhost/gpupool-no-such-image:1" in done["reason"]  # podman's own words
+    # The pull's progress, as the engine wrote it, was a job event while the job started.
+    events = cpool.get(f"/v1/jobs/{done['id']}/events")
+    pulls = [e["reason"] for e in events if e["source"] == e["target"] == "CONFIGURING"]
+    assert pulls, events
+    assert all("gpupool-no-such-image:1" in p for p in pulls), pulls
 
 
 def test_a_missing_entrypoint_is_a_boot_failure_with_the_engines_reason(

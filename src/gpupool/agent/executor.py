@@ -31,6 +31,7 @@ from gpupool.agent.jobdir import (
     StopRequest,
     write_json,
 )
+from gpupool.agent.jobfiles import PREPARE_LOG
 from gpupool.runtime.cgroups import JobCgroups, open_cgroups
 from gpupool.runtime.procs import is_alive, marked
 
@@ -68,6 +69,19 @@ class Observed:
     stop_reason: str | None = None
     reason: str | None = None
     started_at: float | None = None
+
+
+def _last_line(path: Path) -> str | None:
+    """The last line of a starting replica's ``prepare.log`` (a container's pull progress),
+    reported as its progress; ``None`` when there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:500] if lines else None
 
 
 class Executor:
@@ -212,7 +226,8 @@ class Executor:
         )
         if alive:
             status = RUNNING if state.status == RUNNING else STARTING
-            return Observed(key, status, state.pid, started_at=state.started_at)
+            progress = _last_line(jd.path / PREPARE_LOG) if status == STARTING else None
+            return Observed(key, status, state.pid, reason=progress, started_at=state.started_at)
         # The supervisor died without a result: make sure nothing of the job is left.
         if state.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -15,7 +15,7 @@ being restarted or killed. The supervisor:
 
 A container job (see :mod:`gpupool.containers.engines`) adds three things to the launch record,
 all engine commands the agent made: ``prepare`` steps run before the program (pull the image
-when the node lacks it, create the container; their output goes to ``prepare.log``, a failure
+when the node lacks it, create the container; their stderr goes to ``prepare.log``, a failure
 is a boot failure with the engine's message, a stop request ends them), ``cleanup`` steps run
 after it however it ended (remove the container, so a ``SIGKILL`` of the attached engine client
 never leaves the container running), and ``boot_failure``: the exit codes and first words of
@@ -254,8 +254,8 @@ class Supervisor:
                         argv,
                         env=spec["env"],
                         stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
+                        stdout=subprocess.DEVNULL,  # results (ids); messages are on stderr
+                        stderr=out,
                         start_new_session=True,
                         close_fds=True,
                     )
@@ -290,8 +290,8 @@ class Supervisor:
                     argv,
                     env=spec["env"],
                     stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=out,
                     timeout=60,
                     check=False,
                 )
