@@ -2,9 +2,10 @@
 
 At submit (422, nothing stored): an image from a registry outside the pool's allowlist (the
 answer names the allowlist), an engine no node of the pool has, a malformed image or mount.
-At start (BOOT_FAIL with the engine's or the agent's reason, a bounded number of attempts): an
-image that exists nowhere, an entrypoint missing from the image, a mount of a folder the job's
-account may not read.
+At start (BOOT_FAIL with the engine's or the agent's reason): an image that exists nowhere (its
+pull is tried once per attempt, the job's requeue policy bounding the attempts: a registry may
+be away for a while), an entrypoint missing from the image and a mount of a folder the job's
+account may not read (never requeued: every attempt would fail the same way).
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def test_a_missing_entrypoint_is_a_boot_failure_with_the_engines_reason(
     cpool: Pool, busybox_image: str
 ) -> None:
     body = {"image": busybox_image}
-    done = boot_failed(cpool, "noentry", body, command=["/no/such/program"], max_restarts=0)
+    done = boot_failed(cpool, "noentry", body, command=["/no/such/program"])
     assert done["state"] == "BOOT_FAIL", done
+    assert done["restart_count"] == 0  # every attempt would fail the same: never requeued
     assert "/no/such/program" in done["reason"]
     assert "no such file or directory" in done["reason"].lower()
 
@@ -119,8 +121,9 @@ def test_a_mount_the_jobs_account_may_not_read_is_refused_at_start(
     cpool: Pool, busybox_image: str, private_folder: Path
 ) -> None:
     body = {"image": busybox_image, "mounts": [f"{private_folder}:/data:ro"]}
-    done = boot_failed(cpool, "private", body, max_restarts=0)
+    done = boot_failed(cpool, "private", body)
     assert done["state"] == "BOOT_FAIL", done
+    assert done["restart_count"] == 0  # the job's own input: not requeued
     assert f"account nobody may not read {private_folder}" in done["reason"]
 
 

@@ -62,6 +62,11 @@ HOST_ONLY = frozenset(
 ENGINE_OWN = frozenset({"PATH", "CONTAINERS_CONF", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"})
 
 
+class JobInputRefused(IsolationUnavailable):
+    """The job's own input cannot start on any node (a mount its account may not read): a
+    boot failure that is not retried (``final``)."""
+
+
 def container_name(key: str) -> str:
     return f"gpupool-{key}"
 
@@ -198,7 +203,7 @@ def _check_readable(mounts: list[Mount], account: Account) -> None:
         else:
             ok = bool(mode & 0o004)
         if not ok:
-            raise IsolationUnavailable(
+            raise JobInputRefused(
                 f"container mount {m}: account {account.name} may not read {m.source} on this "
                 "node: mount a path it can read"
             )

@@ -69,6 +69,7 @@ class Observed:
     stop_reason: str | None = None
     reason: str | None = None
     started_at: float | None = None
+    final: bool = False  # a boot failure no new attempt would escape (ProcessState.final)
 
 
 def _last_line(path: Path) -> str | None:
@@ -134,14 +135,17 @@ class Executor:
             close_fds=True,
         )
 
-    def record_boot_failure(self, key: str, reason: str, assignment: dict[str, object]) -> None:
-        """Record a replica the agent refused to start (bad workdir, isolation unavailable)."""
+    def record_boot_failure(
+        self, key: str, reason: str, assignment: dict[str, object], *, final: bool = False
+    ) -> None:
+        """Record a replica the agent refused to start (bad workdir, isolation unavailable);
+        ``final``: no new attempt would escape it (see ProcessState.final)."""
         jd = self.jobdir(key)
         if jd.launch.exists():
             return
         jd.path.mkdir(parents=True, exist_ok=True)
         write_json(jd.assignment, assignment)
-        jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason))
+        jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason, final=final or None))
         write_json(jd.launch, {"refused": True})
 
     def stop(self, key: str, *, reason: str, signal_name: str, grace_s: float) -> bool:
@@ -219,6 +223,7 @@ class Executor:
                 state.stop_reason,
                 state.reason,
                 state.started_at,
+                bool(state.final),
             )
         alive = (child is not None and child.returncode is None) or (
             state.supervisor_pid is not None

@@ -101,6 +101,9 @@ class ProcessState:
     signal: str | None = None
     stop_reason: str | None = None
     reason: str | None = None
+    #: A boot failure every attempt would meet again (the image lacks the program, a mount the
+    #: job's account may not read): the server does not requeue the job for it.
+    final: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -70,6 +70,7 @@ STATE_FIELDS = (
     "signal",
     "stop_reason",
     "reason",
+    "final",
 )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.agent import mpsplan
-from gpupool.agent.containerize import ContainerRoom
+from gpupool.agent.containerize import ContainerRoom, JobInputRefused
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER
 from gpupool.agent.gpurules import GpuRules, Replica
@@ -232,7 +232,10 @@ class Launcher(GpuRules):
             except (IsolationUnavailable, OSError) as exc:
                 self.replicas[a.assignment_id] = replica
                 self._end_shim(replica)
-                self.executor.record_boot_failure(a.assignment_id, str(exc), self._record(replica))
+                final = isinstance(exc, JobInputRefused)
+                self.executor.record_boot_failure(
+                    a.assignment_id, str(exc), self._record(replica), final=final
+                )
                 return True
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"

@@ -228,8 +228,9 @@ class Supervisor:
         never_ran = _never_ran(spec["boot_failure"], code, self._file(jobfiles.STDERR))
         if stop_reason is None and never_ran is not None:
             self._write(
-                status=BOOT_FAILED, pid=proc.pid, ended_at=self.clock.now(), reason=never_ran
-            )
+                status=BOOT_FAILED, pid=proc.pid, ended_at=self.clock.now(), reason=never_ran,
+                final=True,  # the image lacks the program: another attempt would fail the same
+            )  # fmt: skip
             return 0
         self._write(
             status=EXITED,

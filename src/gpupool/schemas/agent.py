@@ -176,6 +176,11 @@ class ReplicaStatus(WireModel):
     stop_reason: StopReason | None = None
     isolation: str | None = Field(default=None, description="mode actually enforced")
     reason: str | None = Field(default=None, max_length=2000)
+    final: bool = Field(
+        default=False,
+        description="boot_failed only: every new attempt would fail the same way (the image "
+        "lacks the program, a mount the job's account may not read): the job is not requeued",
+    )
     isolation_reason: str | None = Field(
         default=None,
         max_length=2000,

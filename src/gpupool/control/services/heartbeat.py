@@ -110,7 +110,7 @@ def _ending(rep: ReplicaStatus) -> Ending:
         reason = StopReason.parse(rep.stop_reason.value)
     else:
         reason = None
-    return Ending(rep.exit_code, rep.signal, reason, rep.reason)
+    return Ending(rep.exit_code, rep.signal, reason, rep.reason, final=rep.final)
 
 
 def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str | None:
