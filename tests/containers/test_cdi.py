@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from gpupool.client.sdk import options_to_spec
 from gpupool.containers.cdi import (
     CDI_KIND,
     DRIVER_DIR,
@@ -160,3 +161,21 @@ def test_submit_help_lists_the_container_options() -> None:
     )
     for option in ("--image", "--container-mounts", "--container-workdir", "--container-env"):
         assert option in done.stdout
+
+
+def test_the_sdk_and_allocate_take_the_container_options() -> None:
+
+    spec = options_to_spec(
+        {
+            "name": "t",
+            "command": ["python"],
+            "image": "localhost/x:1",
+            "container_mounts": ["/data:/data:ro"],
+            "container_workdir": "/w",
+            "container_env": {"A": "1"},
+        }
+    )
+    built = build_spec(spec)
+    assert built.container is not None
+    assert (built.container.image, built.container.workdir) == ("localhost/x:1", "/w")
+    assert dict(built.container.env) == {"A": "1"}

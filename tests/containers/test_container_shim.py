@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.runtime.shim import Region
 from gpupool.shim.build import ensure_built
 from tests.containers.conftest import build_rootfs, import_image
 from tests.e2e.pool import wait_for
@@ -111,3 +112,36 @@ def test_a_program_in_a_container_allocates_through_the_shim_and_is_refused_past
     (cshim_pool.out / f"{name}.go").touch()
     cshim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
     wait_for(lambda: not cshim_pool.regions_now(), DEADLINE_S, "the region deleted")
+
+
+def test_a_running_container_job_is_resized_in_place_through_its_mounted_region(
+    cshim_pool: ShimPool, glibc_image: str, cnatives: Natives
+) -> None:
+    name = "cresized"
+    natives = str(cnatives.probe.parent)
+    out = str(cshim_pool.out)
+    job_id = cshim_pool.probe_job(
+        name,
+        ["init", f"alloc {4 * GIB}", "alloc 1"],
+        later=("alloc 1", "info"),
+        isolation="shim",
+        resources={"gpus": "0.25", "gpu_memory": "4GiB"},
+        container={"image": glibc_image, "mounts": [f"{natives}:{natives}:ro", f"{out}:{out}"]},
+    )
+    answers = cshim_pool.answers(name, 3)
+    assert answers[2] == ["err", "2"]  # the slice is full
+    wait_for(lambda: cshim_pool.job(job_id)["isolation"] == "shim", DEADLINE_S, "shimmed")
+    cshim_pool.post(f"/v1/jobs/{job_id}/resize", {"gpu_memory": "6GiB", "gpus": "0.5"})
+    (region_path,) = cshim_pool.regions_now()
+    with Region.open(region_path, build=cnatives.shim) as region:
+        wait_for(
+            lambda: region.read().devices[0].mem_limit_bytes == 6 * GIB,
+            DEADLINE_S,
+            "the agent resizing the region",
+        )
+    (cshim_pool.out / f"{name}.next").touch()
+    answers = cshim_pool.answers(name, 5)
+    assert answers[3][0] == "ok", answers  # the process in the container may allocate again
+    assert answers[4][2] == str(6 * GIB)  # and sees the new slice
+    (cshim_pool.out / f"{name}.go").touch()
+    cshim_pool.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
