@@ -164,7 +164,6 @@ def test_submit_help_lists_the_container_options() -> None:
 
 
 def test_the_sdk_and_allocate_take_the_container_options() -> None:
-
     spec = options_to_spec(
         {
             "name": "t",
