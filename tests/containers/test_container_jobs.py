@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,26 @@ def test_an_agent_killed_and_restarted_readopts_its_running_container(
     assert (cpool.out / "adopt.runs").read_text() == "run\n"  # adopted, never started twice
     assert cli(cpool, "logs", job_id).stdout == b"finished\n"
     wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
+
+
+def test_a_killed_supervisor_leaves_no_container_behind(
+    cpool: Pool, busybox_image: str, podman_env: dict[str, str]
+) -> None:
+    job_id = submit(
+        cpool,
+        busybox_image,
+        "orphan",
+        "echo up > /out/orphan.started; while true; do sleep 0.2; done",
+        max_restarts=0,
+    )
+    cpool.wait_state(job_id, "RUNNING", timeout=TIMEOUT)
+    wait_for((cpool.out / "orphan.started").exists, TIMEOUT, "the job's start")
+    key = assignment_of(cpool, job_id)
+    name = f"gpupool-{key}"
+    state = json.loads((cpool.state_dir("n1") / "jobs" / key / "state.json").read_text())
+    os.kill(state["supervisor_pid"], signal.SIGKILL)  # the node's agent must clean up
+    done = cpool.wait_state(job_id, "FAILED", "NODE_FAIL", "COMPLETED", timeout=TIMEOUT)
+    assert "supervisor process ended without recording a result" in (done["reason"] or ""), done
+    wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
+    cdi = Path("/var/run/cdi") / f"gpupool-{key}.json"
+    wait_for(lambda: not cdi.exists(), TIMEOUT, f"{cdi} removed")

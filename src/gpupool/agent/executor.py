@@ -31,7 +31,7 @@ from gpupool.agent.jobdir import (
     StopRequest,
     write_json,
 )
-from gpupool.agent.jobfiles import PREPARE_LOG
+from gpupool.agent.jobfiles import PREPARE_LOG, read_json
 from gpupool.runtime.cgroups import JobCgroups, open_cgroups
 from gpupool.runtime.procs import is_alive, marked
 
@@ -237,6 +237,7 @@ class Executor:
         if state.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(state.pid, signal.SIGKILL)
+        self._run_cleanup(jd)  # a container's: remove it, as its supervisor would have
         lost = ProcessState(
             status=EXITED, pid=state.pid, started_at=state.started_at, reason=_SUPERVISOR_GONE
         )
@@ -244,6 +245,24 @@ class Executor:
         return Observed(
             key, EXITED, state.pid, reason=_SUPERVISOR_GONE, started_at=state.started_at
         )
+
+    def _run_cleanup(self, jd: JobDir) -> None:
+        """Run the launch record's ``cleanup`` steps (a container job's engine commands) for a
+        replica whose supervisor died before it could; each at most a minute, best effort."""
+        record = read_json(jd.launch) or {}
+        steps = record.get("cleanup") or []
+        env = record.get("env") if isinstance(record.get("env"), dict) else None
+        for argv in steps if isinstance(steps, list) else []:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired, TypeError, ValueError):
+                subprocess.run(
+                    [str(a) for a in argv],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=60,
+                    check=False,
+                )
 
     def forget(self, key: str) -> None:
         """Move a finished replica's folder to ``done/`` (the server acknowledged its end).

@@ -151,7 +151,7 @@ class OciCli:
 
     def plan(self, job: ContainerJob) -> ContainerPlan:
         b = self.binary
-        create = [b, "create", "--name", job.name, "--pull", "never"]
+        create = [b, "create", "--rm", "--name", job.name, "--pull", "never"]
         create += ["--network", "host", "--pid", "host", *self.create_flags(job)]
         if job.user is not None:
             create += ["--user", f"{job.user[0]}:{job.user[1]}"]
