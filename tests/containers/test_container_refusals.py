@@ -10,6 +10,7 @@ account may not read (never requeued: every attempt would fail the same way).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -125,6 +126,14 @@ def test_a_mount_the_jobs_account_may_not_read_is_refused_at_start(
     assert done["state"] == "BOOT_FAIL", done
     assert done["restart_count"] == 0  # the job's own input: not requeued
     assert f"account nobody may not read {private_folder}" in done["reason"]
+    done_dir = cpool.state_dir("n1") / "done"
+    keys = [
+        p.parent.name
+        for p in done_dir.glob("*/assignment.json")
+        if json.loads(p.read_text())["assignment"]["job_id"] == done["id"]
+    ]
+    assert keys
+    assert not [k for k in keys if (Path("/var/run/cdi") / f"gpupool-{k}.json").exists()]
 
 
 def test_precheck_names_the_engines_and_what_the_others_lack(

@@ -118,6 +118,10 @@ class ContainerRoom:
                 f"{os.uname().nodename} cannot use ({why or 'unknown engine'}): see gpupool "
                 "precheck and docs/deploy.md"
             )
+        mounts = [Mount(spec.cwd, spec.cwd), Mount(checkpoint_dir, checkpoint_dir)]
+        mounts += [parse_mount(m) for m in c.mounts]
+        if account is not None:  # refused before anything is written for the replica
+            _check_readable(mounts[2:], account)
         key = a.assignment_id
         cdi_path = self.cdi_dir / f"gpupool-{key}.json"
         edits = slice_edits(
@@ -137,10 +141,6 @@ class ContainerRoom:
         inside.update(dict(c.env))
         for name in slice_env:  # the CDI edits set these: never two values
             inside.pop(name, None)
-        mounts = [Mount(spec.cwd, spec.cwd), Mount(checkpoint_dir, checkpoint_dir)]
-        mounts += [parse_mount(m) for m in c.mounts]
-        if account is not None:
-            _check_readable(mounts[2:], account)
         user = (account.uid, account.gid) if account is not None else (os.getuid(), os.getgid())
         groups = account.groups if account is not None else ()
         plan = ENGINES[engine_name].plan(
