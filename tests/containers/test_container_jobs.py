@@ -130,6 +130,7 @@ def test_cancel_ends_the_whole_container_even_one_that_ignores_the_signal(
     assert name in containers(podman_env)
     cdi = Path("/var/run/cdi") / f"gpupool-{key}.json"
     assert json.loads(cdi.read_text())["devices"][0]["name"] == key
+    assert cdi.stat().st_mode & 0o077 == 0  # it names the replica's region: root's only
     done = cli(cpool, "cancel", job_id)
     assert done.returncode == 0, done
     cpool.wait_state(job_id, "CANCELLED", timeout=TIMEOUT)

@@ -134,7 +134,10 @@ class ContainerRoom:
         )
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
         tmp = cdi_path.with_suffix(".tmp")
-        tmp.write_text(cdi_json(key, edits), encoding="utf-8")
+        # Only root reads it (the engine): it names the replica's region, whose name is kept
+        # from other accounts (runtime/shim.py).
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(cdi_json(key, edits))
         os.replace(tmp, cdi_path)
         slice_env = edits.env_map()
         inside = {k: v for k, v in spec.env.items() if k not in HOST_ONLY}
