@@ -142,7 +142,7 @@ class ContainerRoom:
         slice_env = edits.env_map()
         inside = {k: v for k, v in spec.env.items() if k not in HOST_ONLY}
         inside.update(dict(c.env))
-        for name in slice_env:  # the CDI edits set these: never two values
+        for name in [*slice_env, *isolation_env]:  # the slice's, from the CDI edits only
             inside.pop(name, None)
         user = (account.uid, account.gid) if account is not None else (os.getuid(), os.getgid())
         groups = account.groups if account is not None else ()
