@@ -214,3 +214,40 @@ def test_a_killed_supervisor_leaves_no_container_behind(
     wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
     cdi = Path("/var/run/cdi") / f"gpupool-{key}.json"
     wait_for(lambda: not cdi.exists(), TIMEOUT, f"{cdi} removed")
+
+
+def test_the_time_limit_ends_the_container(
+    cpool: Pool, busybox_image: str, podman_env: dict[str, str]
+) -> None:
+    job_id = submit(
+        cpool,
+        busybox_image,
+        "limited",
+        "echo up > /out/limited.started; while true; do sleep 0.2; done",
+        time_limit="3s",
+        checkpoint={"grace": "1s"},
+        max_restarts=0,
+    )
+    cpool.wait_state(job_id, "RUNNING", timeout=TIMEOUT)
+    wait_for((cpool.out / "limited.started").exists, TIMEOUT, "the job's start")
+    name = f"gpupool-{assignment_of(cpool, job_id)}"
+    done = cpool.wait_state(job_id, "TIMEOUT", "FAILED", "COMPLETED", timeout=TIMEOUT)
+    assert done["state"] == "TIMEOUT", done
+    wait_for(lambda: name not in containers(podman_env), TIMEOUT, f"{name} removed")
+
+
+def test_a_gangs_replicas_in_containers_rendezvous_on_master_addr(
+    cpool: Pool, busybox_image: str
+) -> None:
+    script = (
+        'if [ "$RANK" = 0 ]; then nc -l -p "$MASTER_PORT" > /out/gang.heard; '
+        "else for i in $(seq 1 100); do "
+        'echo "hello from $RANK of $WORLD_SIZE" | nc "$MASTER_ADDR" "$MASTER_PORT" && break; '
+        "sleep 0.2; done; fi"
+    )
+    job_id = submit(
+        cpool, busybox_image, "gang", script, replicas=2, resources={"gpus": 1}, max_restarts=0
+    )
+    done = cpool.wait_state(job_id, "COMPLETED", "FAILED", timeout=TIMEOUT)
+    assert done["state"] == "COMPLETED", done
+    assert (cpool.out / "gang.heard").read_text() == "hello from 1 of 2\n"
