@@ -45,6 +45,7 @@ struct CUctx_st {
 };
 struct CUevent_st {
     int done;
+    int captured; /* last recorded in a capturing stream: a graph node, not a time */
     uint64_t t;
 };
 struct CUarray_st {
@@ -180,10 +181,134 @@ static CUresult give(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
-/* ------------------------------------------------------------- graphs and their memory */
 struct CUgraph_st {
+    uint64_t dur;           /* ns its kernel nodes (captured launches) take, run one after another */
     uint64_t alloc[MAXDEV]; /* bytes its mem-alloc nodes take per device */
 };
+
+/* ------------------------------------------------------------- streams and stream capture
+ *
+ * A stream is known by a key: a created stream by its handle, the legacy default stream (NULL
+ * through the plain API, CU_STREAM_LEGACY) by one process-wide key, and the per-thread default
+ * stream (NULL through a _ptsz function, CU_STREAM_PER_THREAD) by one key per thread. Work
+ * still runs on one GPU thread in submission order.
+ *
+ * A capture records a stream's work into a graph instead of running it. Like the real driver,
+ * while a GLOBAL-mode capture runs in any thread (a THREAD_LOCAL one in this thread), an event
+ * query or synchronisation is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates
+ * that capture (its cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+ * an event recorded in a capturing stream is a node of the graph, and querying, synchronising
+ * or timing it fails with CUDA_ERROR_CAPTURED_EVENT. FAKE_CUDA_CAPTURE_LOG, when set, names a
+ * file that gets one line per refused call, for the tests to read. */
+struct CUstream_st {
+    int id;
+};
+static char g_legacy_stream;
+static __thread char g_pt_stream;
+static void *stream_key(CUstream s, int ptsz) {
+    if (s == NULL) return ptsz ? (void *)&g_pt_stream : (void *)&g_legacy_stream;
+    if (s == CU_STREAM_LEGACY) return &g_legacy_stream;
+    if (s == CU_STREAM_PER_THREAD) return &g_pt_stream;
+    return s;
+}
+struct capture {
+    void *key; /* NULL: a free entry */
+    CUgraph g;
+    int mode;
+    int invalid;
+    pthread_t thread;
+};
+#define MAXCAP 16
+static struct capture g_caps[MAXCAP];
+static pthread_mutex_t g_cap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The capture recording key's stream (under g_cap_lock), or NULL. */
+static struct capture *capture_of_locked(void *key) {
+    for (int i = 0; i < MAXCAP; i++)
+        if (g_caps[i].key == key) return &g_caps[i];
+    return NULL;
+}
+/* The graph a stream records into now, or NULL (a stream that is not capturing). */
+static CUgraph capturing(void *key) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(key);
+    CUgraph g = c && !c->invalid ? c->g : NULL;
+    pthread_mutex_unlock(&g_cap_lock);
+    return g;
+}
+static void capture_log(const char *what) {
+    const char *p = getenv("FAKE_CUDA_CAPTURE_LOG");
+    if (!p) return;
+    int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%d %s\n", (int)getpid(), what);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+/* Whether a running capture forbids this thread an unsafe call now; if so it is invalidated. */
+static int capture_forbids(const char *what) {
+    int forbidden = 0;
+    pthread_mutex_lock(&g_cap_lock);
+    for (int i = 0; i < MAXCAP; i++) {
+        struct capture *c = &g_caps[i];
+        if (!c->key) continue;
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+            (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && pthread_equal(c->thread, pthread_self()))) {
+            c->invalid = 1;
+            forbidden = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_cap_lock);
+    if (forbidden) capture_log(what);
+    return forbidden;
+}
+static CUresult begin_capture(CUstream s, int ptsz, int mode) {
+    void *key = stream_key(s, ptsz);
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(key), *free_c = capture_of_locked(NULL);
+    if (c || !free_c) {
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *free_c = (struct capture){key, calloc(1, sizeof(struct CUgraph_st)), mode, 0, pthread_self()};
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+static CUresult end_capture(CUstream s, int ptsz, CUgraph *g) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(stream_key(s, ptsz));
+    if (!c) {
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int invalid = c->invalid;
+    CUgraph graph = c->g;
+    memset(c, 0, sizeof *c);
+    pthread_mutex_unlock(&g_cap_lock);
+    if (invalid) {
+        free(graph);
+        if (g) *g = NULL;
+        capture_log("end-invalidated");
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *g = graph;
+    return CUDA_SUCCESS;
+}
+static CUresult capture_info(CUstream s, int ptsz, int *status, cuuint64_t *id, CUgraph *g) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(stream_key(s, ptsz));
+    int st = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+                : c->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (status) *status = st;
+    if (id) *id = (cuuint64_t)(uintptr_t)(c ? c->g : NULL);
+    if (g) *g = c && !c->invalid ? c->g : NULL;
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- graphs and their memory */
 /* An instantiated graph: the duration first, as cuGraphLaunch reads it (the probe also passes a
  * plain uint64 duration as a CUgraphExec: such a handle is not in g_execs). */
 struct gexec {
@@ -193,7 +318,6 @@ struct gexec {
 };
 static struct gexec *g_execs;
 static uint64_t g_graph_reserved[MAXDEV];
-static __thread CUgraph g_capture; /* the graph this thread's stream capture records into */
 static uint64_t g_graph_va = 0x7e0000000000ull; /* addresses handed to alloc nodes */
 
 static struct gexec *as_exec(void *h) {
@@ -313,9 +437,16 @@ static void enqueue(struct op o) {
     pthread_mutex_unlock(&g_qlock);
 }
 
-static CUresult launch(void **params, uint64_t dur_from_graph, int graph) {
+static CUresult launch(void **params, uint64_t dur_from_graph, int graph, CUstream s, int ptsz) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t dur = graph ? dur_from_graph : (params && params[0] ? *(uint64_t *)params[0] : 0);
+    CUgraph into = capturing(stream_key(s, ptsz));
+    if (into) { /* captured: a kernel node of the graph, nothing runs now */
+        pthread_mutex_lock(&g_cap_lock);
+        into->dur += dur;
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_SUCCESS;
+    }
     if (dur == 0) { /* an empty kernel on an idle GPU is done at once: no GPU thread round trip */
         pthread_mutex_lock(&g_qlock);
         int idle = g_qn == 0 && !g_busy;
@@ -476,23 +607,24 @@ API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned f) {
 }
 API CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
 static CUresult alloc_node(CUgraphNode *node, CUgraph g, CUDA_MEM_ALLOC_NODE_PARAMS *p);
-API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
-    (void)s;
+static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, int ptsz) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (g_capture) { /* captured: a mem-alloc node of the graph, nothing allocated now */
+    CUgraph into = capturing(stream_key(s, ptsz));
+    if (into) { /* captured: a mem-alloc node of the graph, nothing allocated now */
         CUDA_MEM_ALLOC_NODE_PARAMS a;
         memset(&a, 0, sizeof a);
         a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         a.poolProps.location.id = cur_dev();
         a.bytesize = bytes;
-        CUresult rc = alloc_node(NULL, g_capture, &a);
+        CUresult rc = alloc_node(NULL, into, &a);
         if (rc == CUDA_SUCCESS) *p = a.dptr;
         return rc;
     }
     return pool_take(p, bytes, &g_pools[cur_dev()]);
 }
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) { return alloc_async(p, bytes, s, 0); }
 API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s) {
-    return cuMemAllocAsync(p, bytes, s);
+    return alloc_async(p, bytes, s, 1);
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s) {
     (void)s;
@@ -504,11 +636,13 @@ API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemory
     return cuMemAllocFromPoolAsync(p, bytes, pool, s);
 }
 API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    (void)s;
-    if (g_capture) return CUDA_SUCCESS; /* a mem-free node of the graph */
+    if (capturing(stream_key(s, 0))) return CUDA_SUCCESS; /* a mem-free node of the graph */
     return give(p);
 }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+    if (capturing(stream_key(s, 1))) return CUDA_SUCCESS;
+    return give(p);
+}
 API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
     g_pools[d].dev = d;
@@ -621,9 +755,16 @@ API CUresult cuEventDestroy_v2(CUevent e) {
     if (done) free(e);
     return CUDA_SUCCESS;
 }
-API CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s;
+static CUresult event_record(CUevent e, CUstream s, int ptsz) {
+    if (capturing(stream_key(s, ptsz))) { /* a node of the graph being captured */
+        pthread_mutex_lock(&g_qlock);
+        e->captured = 1;
+        e->done = 0;
+        pthread_mutex_unlock(&g_qlock);
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&g_qlock);
+    e->captured = 0;
     if (g_qn == 0 && !g_busy) {
         uint64_t n = now_ns();
         e->t = n > g_timeline ? n : g_timeline;
@@ -636,20 +777,38 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
     enqueue((struct op){OP_EVENT, 0, 0, e, 0});
     return CUDA_SUCCESS;
 }
+API CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
+API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
 API CUresult cuEventQuery(CUevent e) {
+    if (capture_forbids("cuEventQuery")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&g_qlock);
-    int d = e->done;
+    int d = e->done, captured = e->captured;
     pthread_mutex_unlock(&g_qlock);
+    if (captured) {
+        capture_log("cuEventQuery-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     return d ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 API CUresult cuEventSynchronize(CUevent e) {
+    if (capture_forbids("cuEventSynchronize")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&g_qlock);
+    if (e->captured) {
+        pthread_mutex_unlock(&g_qlock);
+        capture_log("cuEventSynchronize-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     while (!e->done) pthread_cond_wait(&g_done, &g_qlock);
     pthread_mutex_unlock(&g_qlock);
     return CUDA_SUCCESS;
 }
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     pthread_mutex_lock(&g_qlock);
+    if (a->captured || b->captured) {
+        pthread_mutex_unlock(&g_qlock);
+        capture_log("cuEventElapsedTime-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     int ok = a->done && b->done;
     uint64_t ta = a->t, tb = b->t;
     pthread_mutex_unlock(&g_qlock);
@@ -661,21 +820,23 @@ API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                             void **extra) {
-    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)extra;
-    return launch(params, 0, 0);
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)extra;
+    return launch(params, 0, 0, s, 0);
 }
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                                  void **extra) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)extra;
+    return launch(params, 0, 0, s, 1);
 }
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    (void)c, (void)f, (void)extra;
-    return launch(params, 0, 0);
+    (void)f, (void)extra;
+    return launch(params, 0, 0, c ? c->hStream : NULL, 0);
 }
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                    void **extra) {
-    return cuLaunchKernelEx(c, f, params, extra);
+    (void)f, (void)extra;
+    return launch(params, 0, 0, c ? c->hStream : NULL, 1);
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
@@ -685,14 +846,15 @@ API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, u
 API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                             unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                             CUstream s, void **params) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
+    return cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
 }
-API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    (void)s;
+static CUresult graph_launch(CUgraphExec g, CUstream s, int ptsz) {
     struct gexec *e = as_exec(g);
-    if (e && graph_map(e) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    return launch(NULL, g ? *(uint64_t *)g : 0, 1);
+    if (e && !capturing(stream_key(s, ptsz)) && graph_map(e) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return launch(NULL, g ? *(uint64_t *)g : 0, 1, s, ptsz);
 }
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return graph_launch(g, s, 0); }
 API CUresult cuGraphUpload(CUgraphExec g, CUstream s) {
     (void)s;
     struct gexec *e = as_exec(g);
@@ -740,10 +902,22 @@ API CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *dep
     if (node) *node = (CUgraphNode)(uintptr_t)1;
     return CUDA_SUCCESS;
 }
+/* CUDA 12.3's _v2 and CUDA 13.4's _v3 take edge data beside the dependencies. */
+API CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
+API CUresult cuGraphAddNode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
 static CUresult instantiate(CUgraphExec *out, CUgraph g) {
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     struct gexec *e = calloc(1, sizeof *e);
     memcpy(e->alloc, g->alloc, sizeof e->alloc);
+    e->dur = g->dur;
     pthread_mutex_lock(&g_mem_lock);
     e->next = g_execs;
     g_execs = e;
@@ -790,27 +964,35 @@ API CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
     *(cuuint64_t *)value = v;
     return CUDA_SUCCESS;
 }
-API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-    (void)s, (void)mode;
-    if (g_capture) return CUDA_ERROR_INVALID_VALUE;
-    g_capture = calloc(1, sizeof *g_capture);
-    return CUDA_SUCCESS;
-}
-API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
-    (void)s;
-    if (!g_capture) return CUDA_ERROR_INVALID_VALUE;
-    *g = g_capture;
-    g_capture = NULL;
-    return CUDA_SUCCESS;
-}
+API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { return begin_capture(s, 0, mode); }
+API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { return begin_capture(s, 1, mode); }
+API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return end_capture(s, 0, g); }
+API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return end_capture(s, 1, g); }
 API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, cuuint64_t *id, CUgraph *g,
                                        const CUgraphNode **deps, size_t *n) {
-    (void)s;
-    if (status) *status = g_capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    if (id) *id = (cuuint64_t)(uintptr_t)g_capture;
-    if (g) *g = g_capture;
     if (deps) *deps = NULL;
     if (n) *n = 0;
+    return capture_info(s, 0, status, id, g);
+}
+API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, int *status, cuuint64_t *id, CUgraph *g,
+                                            const CUgraphNode **deps, size_t *n) {
+    if (deps) *deps = NULL;
+    if (n) *n = 0;
+    return capture_info(s, 1, status, id, g);
+}
+API CUresult cuStreamIsCapturing(CUstream s, int *status) { return capture_info(s, 0, status, NULL, NULL); }
+API CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) {
+    return capture_info(s, 1, status, NULL, NULL);
+}
+API CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    static int next;
+    (void)flags;
+    *s = malloc(sizeof **s);
+    (*s)->id = __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamDestroy_v2(CUstream s) {
+    free(s);
     return CUDA_SUCCESS;
 }
 
@@ -838,7 +1020,7 @@ API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENT
     return memory_requirements(r, m->bytes);
 }
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) { return release_array(m, m->bytes); }
-API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_launch(g, s, 1); }
 
 /* Like the real driver: the name plus the version and stream flavour pick an exported variant. */
 static void *self_handle(void) {
@@ -849,10 +1031,63 @@ static void *self_handle(void) {
     }
     return h;
 }
+/* Variants a newer CUDA version maps a name to, newest first (beyond the _v2 rule below). */
+static const struct {
+    const char *name, *suffix;
+    int version;
+} g_variants[] = {
+    {"cuGraphAddNode", "_v3", 13040},
+    {"cuGraphAddNode", "_v2", 12030},
+    {"cuGraphAddNode", "", 0}, /* (a real driver says VERSION_NOT_SUFFICIENT before 12.2) */
+};
+/* With FAKE_CUDA_INTERNAL_PTRS=1, cuGetProcAddress answers for these with pointers of its own,
+ * not the exported symbols, as a real driver may: a caller cannot match them to dlsym's. */
+static CUresult i_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+}
+static CUresult i_launch_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
+    return cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+}
+static CUresult i_addnode(CUgraphNode *node, CUgraph g, const CUgraphNode *d, size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode(node, g, d, n, p);
+}
+static CUresult i_addnode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *d, const CUgraphEdgeData *e,
+                             size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode_v2(node, g, d, e, n, p);
+}
+static CUresult i_addnode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *d, const CUgraphEdgeData *e,
+                             size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode_v3(node, g, d, e, n, p);
+}
+static CUresult i_alloc(CUdeviceptr *p, size_t bytes) { return cuMemAlloc_v2(p, bytes); }
+static const struct {
+    const char *name;
+    void *fn;
+} g_internal[] = {
+    {"cuLaunchKernel", (void *)i_launch},       {"cuLaunchKernel_ptsz", (void *)i_launch_ptsz},
+    {"cuGraphAddNode", (void *)i_addnode},      {"cuGraphAddNode_v2", (void *)i_addnode_v2},
+    {"cuGraphAddNode_v3", (void *)i_addnode_v3}, {"cuMemAlloc_v2", (void *)i_alloc},
+};
+static void *internal_ptr(const char *name, void *exported) {
+    if (!exported || !getenv("FAKE_CUDA_INTERNAL_PTRS")) return exported;
+    for (size_t i = 0; i < sizeof g_internal / sizeof g_internal[0]; i++)
+        if (strcmp(g_internal[i].name, name) == 0) return g_internal[i].fn;
+    return exported;
+}
 API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
                                  CUdriverProcAddressQueryResult *st) {
     char name[256];
     void *h = self_handle(), *p = NULL;
+    for (size_t i = 0; i < sizeof g_variants / sizeof g_variants[0]; i++) {
+        if (strcmp(sym, g_variants[i].name) != 0 || ver < g_variants[i].version) continue;
+        snprintf(name, sizeof name, "%s%s", sym, g_variants[i].suffix);
+        p = internal_ptr(name, dlsym(h, name));
+        if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        *pfn = p;
+        return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    }
     const char *suffixes[6];
     int n = 0;
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
@@ -871,7 +1106,7 @@ API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_
         snprintf(name, sizeof name, "%s%s", sym, suffixes[i]);
         if (strcmp(sym, "cuGetProcAddress") == 0 && ver < 12000 && strcmp(suffixes[i], "_v2") == 0)
             continue;
-        p = dlsym(h, name);
+        p = internal_ptr(name, dlsym(h, name));
     }
     if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     *pfn = p;

@@ -23,13 +23,14 @@ static void *lib;
 static int mode_dlsym;
 static cuuint64_t flags;
 
-static void *get(const char *name, const char *versioned) {
+static void *get_v(const char *name, const char *versioned, int version) {
     void *p = NULL;
     if (mode_dlsym) return dlsym(lib, versioned);
     CUdriverProcAddressQueryResult st;
-    if (gpa(name, &p, 12000, flags, &st) != CUDA_SUCCESS) return NULL;
+    if (gpa(name, &p, version, flags, &st) != CUDA_SUCCESS) return NULL;
     return p;
 }
+static void *get(const char *name, const char *versioned) { return get_v(name, versioned, 12000); }
 
 
 static CUresult (*p_init)(unsigned);
@@ -73,6 +74,9 @@ static CUresult (*p_gexecdel)(CUgraphExec);
 static CUresult (*p_gtrim)(CUdevice);
 static CUresult (*p_mipmap)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
 static CUresult (*p_mipdel)(CUmipmappedArray);
+static CUresult (*p_gaddnode3)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                               size_t, CUgraphNodeParams *);
+static CUresult (*p_screate)(CUstream *, unsigned);
 
 static void resolve(void) {
     p_init = get("cuInit", "cuInit");
@@ -112,6 +116,9 @@ static void resolve(void) {
     p_gtrim = get("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim");
     p_mipmap = get("cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
     p_mipdel = get("cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy");
+    /* As a CUDA 13.5 runtime asks: the driver maps the name to its _v3. */
+    p_gaddnode3 = get_v("cuGraphAddNode", "cuGraphAddNode_v3", 13050);
+    p_screate = get("cuStreamCreate", "cuStreamCreate");
 }
 
 static uint64_t now_ns(void) {
@@ -353,6 +360,45 @@ int main(int argc, char **argv) {
             if (!arc) p_freeasync(p, NULL);
             if (!rc) rc = p_capend(NULL, &g);
             if (!rc) rc = arc;
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
+        } else if (!strcmp(cmd, "capturekernels")) {
+            /* capturekernels N NS MODE: N kernels of NS captured on a new stream (on the
+             * per-thread default stream in ptsz mode) in capture MODE, instantiated: ok EXEC */
+            CUstream s = NULL;
+            CUgraph g = NULL;
+            uint64_t dur = y;
+            void *params[1] = {&dur};
+            if (flags == CU_GET_PROC_ADDRESS_DEFAULT && (rc = p_screate(&s, 0))) {
+                printf("err %d\n", rc);
+                continue;
+            }
+            rc = p_capbegin(s, (int)z);
+            for (unsigned long long i = 0; i < x && !rc; i++)
+                rc = p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+            CUresult erc = p_capend(s, &g);
+            if (!rc) rc = erc;
+            CUgraphExec e = NULL;
+            if (!rc) rc = p_ginst(&e, g, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)e);
+        } else if (!strcmp(cmd, "glaunchfor")) { /* glaunchfor EXEC MILLISECONDS */
+            uint64_t end = now_ns() + y * 1000000ull, n = 0;
+            while (now_ns() < end && !rc) {
+                rc = p_graph((CUgraphExec)(uintptr_t)x, NULL);
+                n++;
+            }
+            if (!rc) rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)n);
+        } else if (!strcmp(cmd, "graphaddnode3")) { /* graphaddnode3 BYTES: through the _v3 */
+            CUgraph g = NULL;
+            if ((rc = p_gcreate(&g, 0))) { printf("err %d\n", rc); continue; }
+            CUgraphNodeParams np;
+            memset(&np, 0, sizeof np);
+            np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            np.u.alloc.poolProps.allocType = 1;
+            np.u.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            np.u.alloc.bytesize = x;
+            CUgraphNode node;
+            rc = p_gaddnode3 ? p_gaddnode3(&node, g, NULL, NULL, 0, &np) : CUDA_ERROR_NOT_FOUND;
             if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
         } else if (!strcmp(cmd, "instantiate")) {
             CUgraphExec e;

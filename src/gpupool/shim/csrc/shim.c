@@ -59,6 +59,7 @@ static struct {
                                           const CUgraphNode **, const CUgraphEdgeData **, size_t *);
     CUresult (*cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *,
                                                       CUmipmappedArray, CUdevice);
+    CUresult (*cuStreamIsCapturing)(CUstream, int *);
 } R;
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
@@ -112,7 +113,15 @@ static struct {
     X(cuGraphDestroy, "cuGraphDestroy", 10000, 0, 1)                 \
     X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0, 1)     \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0, 1)  \
-    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, 1)
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, 1) \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 0, 1)     \
+    X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 1, 1) \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, 0, 1)  \
+    X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, 1, 1) \
+    X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 12030, 0, 1) \
+    X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 12030, 1, 1) \
+    X(cuStreamEndCapture, "cuStreamEndCapture", 10000, 0, 1)         \
+    X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, 1, 1)
 
 enum {
 #define X(n, b, v, p, r) H_##n,
@@ -434,6 +443,7 @@ void gp_forward_resolve(void *real, dlsym_fn sym); /* forward.c */
 #endif
 
 static void pool_reset_child(void);
+static void capture_reset_child(void);
 static void atfork_prepare(void) { pthread_mutex_lock(&g_table_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_table_lock); }
 static void track_reset_thread(void);
@@ -441,6 +451,7 @@ static void atfork_child(void) {
     pthread_mutex_init(&g_table_lock, NULL);
     pthread_mutex_init(&g_slot_lock, NULL);
     pool_reset_child();
+    capture_reset_child();
     /* The parent's allocations are the parent's: the child starts with none and its own slot. */
     for (int b = 0; b < GP_BUCKETS; b++) {
         struct gp_entry *e = g_table[b];
@@ -501,6 +512,7 @@ static void gp_init(void) {
     R.cuStreamGetCaptureInfo_v2 = real_sym("cuStreamGetCaptureInfo_v2");
     R.cuStreamGetCaptureInfo_v3 = real_sym("cuStreamGetCaptureInfo_v3");
     R.cuMipmappedArrayGetMemoryRequirements = real_sym("cuMipmappedArrayGetMemoryRequirements");
+    R.cuStreamIsCapturing = real_sym("cuStreamIsCapturing");
 
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
@@ -601,6 +613,15 @@ typedef CUresult cuDeviceGraphMemTrim_t(CUdevice);
 typedef CUresult cuMipmappedArrayCreate_t(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
                                           unsigned int);
 typedef CUresult cuMipmappedArrayDestroy_t(CUmipmappedArray);
+typedef CUresult cuStreamBeginCapture_t(CUstream);
+typedef cuStreamBeginCapture_t cuStreamBeginCapture_ptsz_t;
+typedef CUresult cuStreamBeginCapture_v2_t(CUstream, int);
+typedef cuStreamBeginCapture_v2_t cuStreamBeginCapture_v2_ptsz_t;
+typedef CUresult cuStreamBeginCaptureToGraph_t(CUstream, CUgraph, const CUgraphNode *,
+                                               const CUgraphEdgeData *, size_t, int);
+typedef cuStreamBeginCaptureToGraph_t cuStreamBeginCaptureToGraph_ptsz_t;
+typedef CUresult cuStreamEndCapture_t(CUstream, CUgraph *);
+typedef cuStreamEndCapture_t cuStreamEndCapture_ptsz_t;
 
 /* ---------------------------------------------------------------- entry points */
 
@@ -877,15 +898,16 @@ static CUresult fits_now(int di, uint64_t bytes) {
     return rc;
 }
 
+static CUstream real_stream(CUstream s, int per_thread);
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
-                            CUmemoryPool pool, CUstream stream) {
+                            CUmemoryPool pool, CUstream stream, int per_thread) {
 #define CALL_REAL()                                                                    \
     (from_pool ? ((cuMemAllocFromPoolAsync_t *)real)(dptr, bytes, pool, stream)        \
                : ((cuMemAllocAsync_t *)real)(dptr, bytes, stream))
     if (!g_region && !g_region_error) return CALL_REAL();
     CUdevice dev = 0;
     int di = current_dev(&dev);
-    CUgraph captured = capture_graph(stream);
+    CUgraph captured = capture_graph(real_stream(stream, per_thread));
     if (captured) { /* a mem-alloc node of the graph being captured: counted when it maps */
         CUresult rc = fits_now(di, bytes);
         if (rc != CUDA_SUCCESS) return rc;
@@ -954,21 +976,21 @@ static void free_async_settle(CUdeviceptr dptr) {
 
 GP_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s) {
     NEED(cuMemAllocAsync);
-    return alloc_async(g_hooks[H_cuMemAllocAsync].real, 0, dptr, bytes, NULL, s);
+    return alloc_async(g_hooks[H_cuMemAllocAsync].real, 0, dptr, bytes, NULL, s, 0);
 }
 GP_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s) {
     NEED(cuMemAllocAsync_ptsz);
-    return alloc_async(g_hooks[H_cuMemAllocAsync_ptsz].real, 0, dptr, bytes, NULL, s);
+    return alloc_async(g_hooks[H_cuMemAllocAsync_ptsz].real, 0, dptr, bytes, NULL, s, 1);
 }
 GP_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p,
                                         CUstream s) {
     NEED(cuMemAllocFromPoolAsync);
-    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync].real, 1, dptr, bytes, p, s);
+    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync].real, 1, dptr, bytes, p, s, 0);
 }
 GP_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p,
                                              CUstream s) {
     NEED(cuMemAllocFromPoolAsync_ptsz);
-    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync_ptsz].real, 1, dptr, bytes, p, s);
+    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync_ptsz].real, 1, dptr, bytes, p, s, 1);
 }
 GP_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
     NEED(cuMemFreeAsync);
@@ -1434,6 +1456,131 @@ GP_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- stream capture
+ *
+ * While a stream captures, its launches become graph nodes (nothing runs), and the driver
+ * forbids "potentially unsafe" calls: under a GLOBAL-mode capture no thread of the process,
+ * under a THREAD_LOCAL one not the capturing thread, may query or synchronise an event; doing
+ * so fails and invalidates the capture (PyTorch's and vLLM's CUDA graphs would then fail). An
+ * event recorded in a capturing stream is a node, not a time. So pacing keeps out: it skips a
+ * launch while this thread may not touch events (counted from the capture hooks below) or
+ * while the launch's own stream captures (asked of the driver: RELAXED captures, and any the
+ * hooks missed). A captured graph is paced when it is launched, as one span. */
+
+static atomic_int g_cap_global;         /* GLOBAL-mode captures running in this process */
+static __thread atomic_int t_cap_local; /* THREAD_LOCAL ones begun by this thread */
+static __thread char t_pt_stream;       /* identifies this thread's per-thread default stream */
+struct gp_capture {
+    const void *key; /* NULL: a free entry */
+    int mode;
+    atomic_int *local; /* the beginning thread's t_cap_local, for a THREAD_LOCAL capture */
+};
+#define GP_MAX_CAPTURES 64
+static struct gp_capture g_captures[GP_MAX_CAPTURES];
+static pthread_mutex_t g_capture_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The stream a call means: NULL through a _ptsz function is this thread's per-thread stream. */
+static CUstream real_stream(CUstream s, int per_thread) {
+    return (per_thread && s == NULL) ? CU_STREAM_PER_THREAD : s;
+}
+static const void *stream_key(CUstream s, int per_thread) {
+    s = real_stream(s, per_thread);
+    return s == CU_STREAM_PER_THREAD ? (const void *)&t_pt_stream : (const void *)s;
+}
+
+static void capture_begun(CUstream s, int per_thread, int mode) {
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < GP_MAX_CAPTURES; i++) {
+        if (g_captures[i].key) continue;
+        g_captures[i] = (struct gp_capture){stream_key(s, per_thread), mode, &t_cap_local};
+        if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_add(&g_cap_global, 1);
+        if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_add(&t_cap_local, 1);
+        break;
+    }
+    pthread_mutex_unlock(&g_capture_lock);
+}
+
+/* Whether stream s captures now (asked of the driver; 0 when it cannot say). */
+static int stream_capturing(CUstream s, int per_thread) {
+    int st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (R.cuStreamIsCapturing && R.cuStreamIsCapturing(real_stream(s, per_thread), &st) == CUDA_SUCCESS)
+        return st != CU_STREAM_CAPTURE_STATUS_NONE;
+    return 0;
+}
+
+static void capture_ended(CUstream s, int per_thread) {
+    if (stream_capturing(s, per_thread)) return; /* refused (the wrong thread, say): still on */
+    const void *key = stream_key(s, per_thread);
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < GP_MAX_CAPTURES; i++) {
+        struct gp_capture *c = &g_captures[i];
+        if (c->key != key) continue;
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_sub(&g_cap_global, 1);
+        if (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_sub(c->local, 1);
+        memset(c, 0, sizeof *c);
+        break;
+    }
+    pthread_mutex_unlock(&g_capture_lock);
+}
+
+static void capture_reset_child(void) {
+    pthread_mutex_init(&g_capture_lock, NULL);
+    memset(g_captures, 0, sizeof g_captures);
+    atomic_store(&g_cap_global, 0);
+    atomic_store(&t_cap_local, 0);
+}
+
+/* Whether pacing must keep away from this launch: events may not be touched now. */
+static int capture_forbids_pacing(CUstream s, int per_thread) {
+    return atomic_load_explicit(&g_cap_global, memory_order_relaxed) > 0 ||
+           atomic_load_explicit(&t_cap_local, memory_order_relaxed) > 0 ||
+           stream_capturing(s, per_thread);
+}
+
+#define BEGIN_CAPTURE(n, s, per_thread, mode, call)                    \
+    do {                                                               \
+        NEED(n);                                                       \
+        CUresult rc_ = call;                                           \
+        if (rc_ == CUDA_SUCCESS) capture_begun(s, per_thread, mode);   \
+        return rc_;                                                    \
+    } while (0)
+
+GP_API CUresult cuStreamBeginCapture(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture, s, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, REAL(cuStreamBeginCapture)(s));
+}
+GP_API CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, s, 1, CU_STREAM_CAPTURE_MODE_GLOBAL,
+                  REAL(cuStreamBeginCapture_ptsz)(s));
+}
+GP_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2, s, 0, mode, REAL(cuStreamBeginCapture_v2)(s, mode));
+}
+GP_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, s, 1, mode, REAL(cuStreamBeginCapture_v2_ptsz)(s, mode));
+}
+GP_API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                            const CUgraphEdgeData *edges, size_t n, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, s, 0, mode,
+                  REAL(cuStreamBeginCaptureToGraph)(s, g, deps, edges, n, mode));
+}
+GP_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, 1, mode,
+                  REAL(cuStreamBeginCaptureToGraph_ptsz)(s, g, deps, edges, n, mode));
+}
+GP_API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    NEED(cuStreamEndCapture);
+    CUresult rc = REAL(cuStreamEndCapture)(s, g);
+    capture_ended(s, 0);
+    return rc;
+}
+GP_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+    NEED(cuStreamEndCapture_ptsz);
+    CUresult rc = REAL(cuStreamEndCapture_ptsz)(s, g);
+    capture_ended(s, 1);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- launch pacing
  *
  * A launch first settles what finished (the SM time between a stream's consecutive timing
@@ -1573,6 +1720,7 @@ static struct gp_track *pace_before(CUstream s, int per_thread) {
     uint32_t eff = atomic_load(&d->sm_share);
     if (atomic_load(&g_region->flags) & GP_REGION_LEND_IDLE) eff += atomic_load(&d->sm_spare);
     if (eff >= 1000) return NULL;
+    if (capture_forbids_pacing(s, per_thread)) return NULL;
     CUcontext ctx = NULL;
     R.cuCtxGetCurrent(&ctx);
     if (per_thread && (s == NULL)) s = CU_STREAM_PER_THREAD;
