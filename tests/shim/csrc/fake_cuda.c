@@ -913,6 +913,13 @@ API CUresult cuGraphAddNode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *
     (void)edges;
     return cuGraphAddNode(node, g, deps, n, p);
 }
+/* A variant newer than any shim knows, for a future CUDA: reached only through
+ * cuGetProcAddress (not exported, so the façade's forwarded names stay those of a real driver). */
+static CUresult addnode_v4(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                           const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
 static CUresult instantiate(CUgraphExec *out, CUgraph g) {
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     struct gexec *e = calloc(1, sizeof *e);
@@ -1036,6 +1043,7 @@ static const struct {
     const char *name, *suffix;
     int version;
 } g_variants[] = {
+    {"cuGraphAddNode", "_v4", 14000}, /* addnode_v4 */
     {"cuGraphAddNode", "_v3", 13040},
     {"cuGraphAddNode", "_v2", 12030},
     {"cuGraphAddNode", "", 0}, /* (a real driver says VERSION_NOT_SUFFICIENT before 12.2) */
@@ -1083,7 +1091,7 @@ API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_
     for (size_t i = 0; i < sizeof g_variants / sizeof g_variants[0]; i++) {
         if (strcmp(sym, g_variants[i].name) != 0 || ver < g_variants[i].version) continue;
         snprintf(name, sizeof name, "%s%s", sym, g_variants[i].suffix);
-        p = internal_ptr(name, dlsym(h, name));
+        p = strcmp(g_variants[i].suffix, "_v4") == 0 ? (void *)addnode_v4 : internal_ptr(name, dlsym(h, name));
         if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         *pfn = p;
         return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;

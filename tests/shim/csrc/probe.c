@@ -211,6 +211,13 @@ int main(int argc, char **argv) {
                 printf("ok %s %s\n", i.dli_fname, i.dli_sname ? i.dli_sname : "?");
             else
                 printf("err none\n");
+        } else if (!strcmp(cmd, "whoisv")) { /* whoisv NAME VERSION: as a runtime of VERSION asks */
+            void *p = get_v(a, a, (int)y);
+            Dl_info i;
+            if (p && dladdr(p, &i))
+                printf("ok %s %s\n", i.dli_fname, i.dli_sname ? i.dli_sname : "?");
+            else
+                printf("err none\n");
         } else if (!strcmp(cmd, "name")) {
             char n[64];
             rc = p_name(n, sizeof n, 0);

@@ -63,68 +63,67 @@ static struct {
 } R;
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
- * version that maps that name to this variant, the stream flavour (1: per-thread default
- * stream), and whether the name rule may pick it (0: only an exact pointer match). The
- * cuCtxCreate variants differ in signature and the version that maps the name to each is the
- * driver's to say, so they are never guessed: a wrong guess would call with the wrong
- * arguments, a missed one only skips the context reserve. */
+ * version that maps that name to this variant, and the stream flavour (1: per-thread default
+ * stream). A variant picked by name and version is handed out only once the driver confirms it
+ * (see lookup_hook): a wrong guess would call with the wrong arguments. */
 #define GP_HOOKS(X)                                                  \
-    X(cuInit, "cuInit", 2000, 0, 1)                                  \
-    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, 1)             \
-    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, 1)          \
-    X(cuMemAlloc_v2, "cuMemAlloc", 3020, 0, 1)                       \
-    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0, 1)             \
-    X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0, 1)            \
-    X(cuMemFree_v2, "cuMemFree", 3020, 0, 1)                         \
-    X(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0, 1)               \
-    X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1, 1)          \
-    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0, 1) \
-    X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 1, 1) \
-    X(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, 1)                 \
-    X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1, 1)            \
-    X(cuMemCreate, "cuMemCreate", 10020, 0, 1)                       \
-    X(cuMemRelease, "cuMemRelease", 10020, 0, 1)                     \
-    X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0, 1)                 \
-    X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0, 1)             \
-    X(cuArrayDestroy, "cuArrayDestroy", 2000, 0, 1)                  \
-    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0, 0)                     \
-    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0, 0)                    \
-    X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0, 0)                    \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0, 1) \
-    X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0, 1)                   \
-    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0, 1)           \
-    X(cuLaunchKernel, "cuLaunchKernel", 4000, 0, 1)                  \
-    X(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1, 1)             \
-    X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0, 1)             \
-    X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1, 1)        \
-    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0, 1) \
-    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1, 1) \
-    X(cuGraphLaunch, "cuGraphLaunch", 10000, 0, 1)                   \
-    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1, 1)              \
-    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0, 1) \
-    X(cuGraphAddNode, "cuGraphAddNode", 12020, 0, 1)                 \
-    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030, 0, 0)              \
-    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0, 1) \
-    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0, 1) \
-    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, 1, 1) \
-    X(cuGraphUpload, "cuGraphUpload", 11010, 0, 1)                   \
-    X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, 1, 1)              \
-    X(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0, 1)         \
-    X(cuGraphDestroy, "cuGraphDestroy", 10000, 0, 1)                 \
-    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0, 1)     \
-    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0, 1)  \
-    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, 1) \
-    X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 0, 1)     \
-    X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 1, 1) \
-    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, 0, 1)  \
-    X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, 1, 1) \
-    X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 12030, 0, 1) \
-    X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 12030, 1, 1) \
-    X(cuStreamEndCapture, "cuStreamEndCapture", 10000, 0, 1)         \
-    X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, 1, 1)
+    X(cuInit, "cuInit", 2000, 0)                                  \
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0)             \
+    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0)          \
+    X(cuMemAlloc_v2, "cuMemAlloc", 3020, 0)                       \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)             \
+    X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)            \
+    X(cuMemFree_v2, "cuMemFree", 3020, 0)                         \
+    X(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0)               \
+    X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1)          \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0) \
+    X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 1) \
+    X(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0)                 \
+    X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1)            \
+    X(cuMemCreate, "cuMemCreate", 10020, 0)                       \
+    X(cuMemRelease, "cuMemRelease", 10020, 0)                     \
+    X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0)                 \
+    X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0)             \
+    X(cuArrayDestroy, "cuArrayDestroy", 2000, 0)                  \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                     \
+    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)                    \
+    X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0)                    \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0) \
+    X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)                   \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)           \
+    X(cuLaunchKernel, "cuLaunchKernel", 4000, 0)                  \
+    X(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1)             \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)             \
+    X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1)        \
+    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0) \
+    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1) \
+    X(cuGraphLaunch, "cuGraphLaunch", 10000, 0)                   \
+    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1)              \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0) \
+    X(cuGraphAddNode, "cuGraphAddNode", 12020, 0)                 \
+    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030, 0)              \
+    X(cuGraphAddNode_v3, "cuGraphAddNode", 13040, 0)                 \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0) \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0) \
+    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, 1) \
+    X(cuGraphUpload, "cuGraphUpload", 11010, 0)                   \
+    X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, 1)              \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0)         \
+    X(cuGraphDestroy, "cuGraphDestroy", 10000, 0)                 \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0)     \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)  \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0) \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 0)     \
+    X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 1) \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, 0)  \
+    X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, 1) \
+    X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 12030, 0) \
+    X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 12030, 1) \
+    X(cuStreamEndCapture, "cuStreamEndCapture", 10000, 0)         \
+    X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, 1)
 
 enum {
-#define X(n, b, v, p, r) H_##n,
+#define X(n, b, v, p) H_##n,
     GP_HOOKS(X)
 #undef X
         H_COUNT
@@ -135,17 +134,16 @@ struct gp_hook {
     const char *base;
     int version;
     int per_thread;
-    int by_name;
     void *hook;
     void *real;
 };
 
-#define X(n, b, v, p, r) GP_API CUresult n();
+#define X(n, b, v, p) GP_API CUresult n();
 GP_HOOKS(X)
 #undef X
 
 static struct gp_hook g_hooks[H_COUNT] = {
-#define X(n, b, v, p, r) {#n, b, v, p, r, (void *)n, NULL},
+#define X(n, b, v, p) {#n, b, v, p, (void *)n, NULL},
     GP_HOOKS(X)
 #undef X
 };
@@ -601,6 +599,7 @@ typedef CUresult cuGraphAddNode_t(CUgraphNode *, CUgraph, const CUgraphNode *, s
                                   CUgraphNodeParams *);
 typedef CUresult cuGraphAddNode_v2_t(CUgraphNode *, CUgraph, const CUgraphNode *,
                                      const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+typedef cuGraphAddNode_v2_t cuGraphAddNode_v3_t; /* CUDA 13.4: _v2's arguments */
 typedef CUresult cuGraphInstantiateWithFlags_t(CUgraphExec *, CUgraph, unsigned long long);
 typedef CUresult cuGraphInstantiateWithParams_t(CUgraphExec *, CUgraph,
                                                 CUDA_GRAPH_INSTANTIATE_PARAMS *);
@@ -631,26 +630,72 @@ GP_API CUresult cuInit(unsigned int flags) {
     return REAL(cuInit)(flags);
 }
 
+/* The driver's pointer for symbol at version (flags as asked), or NULL. */
+static void *driver_proc(const char *symbol, int version, cuuint64_t flags) {
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (REAL(cuGetProcAddress_v2)) {
+        if (REAL(cuGetProcAddress_v2)(symbol, &p, version, flags, &st) != CUDA_SUCCESS) return NULL;
+    } else if (!REAL(cuGetProcAddress) ||
+               REAL(cuGetProcAddress)(symbol, &p, version, flags) != CUDA_SUCCESS) {
+        return NULL;
+    }
+    return p;
+}
+
+static atomic_int g_unknown_logged[H_COUNT];
+
+/* The hook to hand out for the driver's answer pfn to (symbol, version, flags), or NULL (the
+ * driver's own pointer goes out unhooked).
+ *
+ * 1. The flags first: a per-thread-default-stream request only gets a _ptsz hook where the API
+ *    has one, a legacy request never does.
+ * 2. pfn is one of the real functions the shim resolved by name: its hook, surely.
+ * 3. Else (a driver may answer with internal pointers) the hook whose variant the name and
+ *    version select, newest first, but only once the driver confirms it: asked again with
+ *    that variant's own first version it must give the same pointer, and with the next older
+ *    known variant's version another one (so the driver switches variants where the shim
+ *    thinks). A variant the shim does not know (say a CUDA 13.4 _v3 where the shim knew only
+ *    _v2) fails that: it goes out unhooked, logged once, never as a hook of another
+ *    signature. */
 static void *lookup_hook(const char *symbol, int version, cuuint64_t flags, void *pfn) {
-    /* An exact match on the pointer the driver gave is the surest. */
-    for (int i = 0; i < H_COUNT; i++)
-        if (g_hooks[i].real && g_hooks[i].real == pfn) return g_hooks[i].hook;
     int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     int has_pt = 0;
     for (int i = 0; i < H_COUNT; i++)
         if (strcmp(g_hooks[i].base, symbol) == 0 && g_hooks[i].per_thread) has_pt = 1;
+    int flavour = want_pt && has_pt;
+    for (int i = 0; i < H_COUNT; i++)
+        if (g_hooks[i].real && g_hooks[i].real == pfn && g_hooks[i].per_thread == flavour)
+            return g_hooks[i].hook;
     int best = -1;
     for (int i = 0; i < H_COUNT; i++) {
         struct gp_hook *h = &g_hooks[i];
-        if (strcmp(h->name, symbol) == 0) return h->hook; /* asked by its versioned name */
-        if (!h->by_name || strcmp(h->base, symbol) != 0 || h->version > version) continue;
-        if (h->per_thread != (want_pt && has_pt)) continue;
+        if (strcmp(h->name, symbol) == 0 && strcmp(h->name, h->base) != 0)
+            return h->hook; /* asked by its versioned name ("cuMemAlloc_v2") */
+        if (strcmp(h->base, symbol) != 0 || h->version > version || h->per_thread != flavour)
+            continue;
         if (best < 0 || h->version > g_hooks[best].version) best = i;
     }
     if (best < 0) return NULL;
+    struct gp_hook *h = &g_hooks[best];
+    int prev = -1; /* the next older variant the shim knows, of the same flavour */
+    for (int i = 0; i < H_COUNT; i++)
+        if (strcmp(g_hooks[i].base, symbol) == 0 && g_hooks[i].per_thread == flavour &&
+            g_hooks[i].version < h->version && (prev < 0 || g_hooks[i].version > g_hooks[prev].version))
+            prev = i;
+    int confirmed = (h->version == version || driver_proc(symbol, h->version, flags) == pfn) &&
+                    (prev < 0 || driver_proc(symbol, g_hooks[prev].version, flags) != pfn);
+    if (!confirmed) {
+        if (!atomic_exchange(&g_unknown_logged[best], 1))
+            gp_log("gpupool: the driver gives %s (CUDA version %d%s) a variant other than %s, "
+                   "which this shim does not know: passed through unhooked, so what it "
+                   "allocates or launches is not held to the slice; update gpupool",
+                   symbol, version, want_pt ? ", per-thread stream" : "", h->name);
+        return NULL;
+    }
     /* Never a hook as its own real function (a preload's dlsym can hand hooks back). */
-    if (!g_hooks[best].real && pfn != g_hooks[best].hook) g_hooks[best].real = pfn;
-    return g_hooks[best].hook;
+    if (!h->real && pfn != h->hook) h->real = pfn;
+    return h->hook;
 }
 
 GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -1227,6 +1272,17 @@ GP_API CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNod
     CUresult rc = alloc ? alloc_node_check(g, &p->u.alloc, &di) : CUDA_SUCCESS;
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuGraphAddNode_v2)(node, g, deps, edges, n, p);
+    if (rc == CUDA_SUCCESS && alloc) alloc_node_added(g, &p->u.alloc, di);
+    return rc;
+}
+
+GP_API CUresult cuGraphAddNode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                  const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    NEED(cuGraphAddNode_v3);
+    int alloc = p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC, di = -1;
+    CUresult rc = alloc ? alloc_node_check(g, &p->u.alloc, &di) : CUDA_SUCCESS;
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuGraphAddNode_v3)(node, g, deps, edges, n, p);
     if (rc == CUDA_SUCCESS && alloc) alloc_node_added(g, &p->u.alloc, di);
     return rc;
 }
