@@ -28,14 +28,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from gpupool.domain.errors import GpupoolError
+from gpupool.runtime.slicectx import SliceContext
 from gpupool.shim.build import DRIVER_PATHS, NVML_PATHS, ShimBuild, ShimBuildError, ensure_built
-
-if TYPE_CHECKING:  # isolation.py imports this module for its registry
-    from gpupool.runtime.isolation import SliceContext
 
 MAX_DEVICES = 16
 MAX_SLOTS = 128
