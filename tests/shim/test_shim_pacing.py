@@ -30,7 +30,7 @@ def busy_ratio(log: Path) -> float:
 
 
 def run(natives: Natives, region: Region, log: Path, probes: list[Probe], kind: str = "kernel",
-        n: int = 1) -> float:  # fmt: skip
+        n: int = 1, streams: int = 0) -> float:  # fmt: skip
     env = shim_env(natives, region, FAKE_CUDA_LOG=str(log))
     ps = [Probe(natives.probe, env) for _ in range(n)]
     probes.extend(ps)
@@ -38,7 +38,7 @@ def run(natives: Natives, region: Region, log: Path, probes: list[Probe], kind: 
         p.ok("init")
     for p in ps:  # all start before any is awaited
         assert p.proc.stdin is not None
-        p.proc.stdin.write(f"launchfor {KERNEL_NS} {WINDOW_MS} {kind}\n")
+        p.proc.stdin.write(f"launchfor {KERNEL_NS} {WINDOW_MS} {kind} {streams or ''}\n")
         p.proc.stdin.flush()
     for p in ps:
         assert p.proc.stdout is not None
@@ -60,6 +60,17 @@ def test_every_launch_kind_is_paced(natives, make_region, probes, tmp_path, kind
     region = make_region(share=300)
     ratio = run(natives, region, tmp_path / "k.log", probes, kind)
     assert abs(ratio - 0.3) <= TOLERANCE, f"busy {ratio:.3f} for {kind} launches at 30 %"
+
+
+@pytest.mark.parametrize("streams", [2, 4, 5, 8, 20, 40])
+def test_many_streams_share_one_cap(natives, make_region, probes, tmp_path, streams):
+    """Issue 25, finding 4: the busy time of a process's streams is their union on the device
+    (spans of concurrent streams counted once), and 32 streams are tracked at once (5 or more
+    used to drop the cap entirely); past that the least recently used track is settled before
+    it is evicted (40 streams)."""
+    region = make_region(share=300)
+    ratio = run(natives, region, tmp_path / "k.log", probes, streams=streams)
+    assert abs(ratio - 0.3) <= TOLERANCE, f"busy {ratio:.3f} over {streams} streams at 30 %"
 
 
 def test_an_uncapped_replica_runs_flat_out(natives, make_region, probes, tmp_path):
@@ -108,3 +119,23 @@ def test_a_share_change_is_seen_by_a_running_process(natives, make_region, probe
     second = busy_ratio(log)
     assert abs(first - 0.2) <= TOLERANCE
     assert abs(second - 0.6) <= TOLERANCE
+
+
+def test_a_paced_launch_records_a_timing_event_only_now_and_then(natives, make_region, probes,
+                                                                 tmp_path):  # fmt: skip
+    """Issue 25, finding 10: a timing event between every kernel cost 1-3 us per launch and
+    blocks programmatic dependent launch; events are sampled (about one per millisecond of a
+    stream's work), and the share still holds."""
+    counts, log = tmp_path / "counts", tmp_path / "k.log"
+    region = make_region(share=500)
+    env = shim_env(natives, region, FAKE_CUDA_COUNTS=str(counts), FAKE_CUDA_LOG=str(log))
+    p = Probe(natives.probe, env)
+    probes.append(p)
+    p.ok("init")
+    p.ok(f"launchfor 100000 {WINDOW_MS} kernel")  # 100 us kernels
+    p.close()
+    records, launches = map(int, counts.read_text().split())
+    assert launches > 1000
+    assert records / launches <= 0.5, f"{records} timing events for {launches} launches"
+    ratio = busy_ratio(log)
+    assert abs(ratio - 0.5) <= TOLERANCE, f"busy {ratio:.3f} for sampled 100 us kernels at 50 %"

@@ -42,8 +42,10 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "gp_cuda.h",
     "gp_region.h",
+    "gp_shim.h",
     "region.c",
     "shim.c",
+    "pace.c",
     "driver_symbols.txt",
     "nvml.c",
     "nvml_symbols.txt",
@@ -286,6 +288,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
             inc = f"-I{CSRC}"
             region = str(CSRC / "region.c")
             shim = str(CSRC / "shim.c")
+            pace = str(CSRC / "pace.c")
             _compile(
                 cc,
                 [
@@ -293,6 +296,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                     inc,
                     "-DGP_FACADE",
                     shim,
+                    pace,
                     region,
                     "forward.c",
                     "-o",
@@ -323,7 +327,17 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
             (tmp / "facade" / "libnvidia-ml.so").symlink_to("libnvidia-ml.so.1")
             _compile(
                 cc,
-                [*CFLAGS, inc, "-DGP_PRELOAD", shim, region, "-o", "libgpupool_preload.so", *LIBS],
+                [
+                    *CFLAGS,
+                    inc,
+                    "-DGP_PRELOAD",
+                    shim,
+                    pace,
+                    region,
+                    "-o",
+                    "libgpupool_preload.so",
+                    *LIBS,
+                ],
                 tmp,
             )
             _compile(cc, [*CFLAGS, inc, region, "-o", "libgpupool_region.so", *LIBS], tmp)

@@ -127,17 +127,28 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static CUresult launch_one(const char *kind, uint64_t *dur) {
+static CUresult launch_one(const char *kind, uint64_t *dur, CUstream s) {
     void *params[1] = {dur};
     if (strcmp(kind, "ex") == 0) {
         CUlaunchConfig c;
         memset(&c, 0, sizeof c);
         c.gridDimX = c.gridDimY = c.gridDimZ = c.blockDimX = c.blockDimY = c.blockDimZ = 1;
+        c.hStream = s;
         return p_launchex(&c, NULL, params, NULL);
     }
-    if (strcmp(kind, "coop") == 0) return p_coop(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params);
-    if (strcmp(kind, "graph") == 0) return p_graph((CUgraphExec)(void *)dur, NULL);
-    return p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+    if (strcmp(kind, "coop") == 0) return p_coop(NULL, 1, 1, 1, 1, 1, 1, 0, s, params);
+    if (strcmp(kind, "graph") == 0) return p_graph((CUgraphExec)(void *)dur, s);
+    return p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+
+/* n created streams (at most 64), made once and kept: NULL-terminated use of the first n. */
+static CUstream g_streams[64];
+static int g_nstreams;
+static int streams(int n) {
+    if (n > 64) n = 64;
+    while (g_nstreams < n)
+        if (p_screate(&g_streams[g_nstreams++], 0)) return -1;
+    return n;
 }
 
 struct thr {
@@ -189,8 +200,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     char line[512];
     while (fgets(line, sizeof line, stdin)) {
-        char cmd[64] = "", a[64] = "", b[64] = "", c[64] = "";
-        sscanf(line, "%63s %63s %63s %63s", cmd, a, b, c);
+        char cmd[64] = "", a[64] = "", b[64] = "", c[64] = "", dd[64] = "";
+        sscanf(line, "%63s %63s %63s %63s %63s", cmd, a, b, c, dd);
         unsigned long long x = strtoull(a, NULL, 0), y = strtoull(b, NULL, 0), z = strtoull(c, NULL, 0);
         CUresult rc = 0;
         if (!strcmp(cmd, "init")) {
@@ -286,13 +297,16 @@ int main(int argc, char **argv) {
             if (rc) printf("err %d\n", rc); else printf("ok\n");
         } else if (!strcmp(cmd, "launch")) { /* launch NS COUNT KIND */
             uint64_t dur = x;
-            for (unsigned long long i = 0; i < y && !rc; i++) rc = launch_one(c[0] ? c : "kernel", &dur);
+            for (unsigned long long i = 0; i < y && !rc; i++) rc = launch_one(c[0] ? c : "kernel", &dur, NULL);
             if (!rc) rc = p_sync();
             if (rc) printf("err %d\n", rc); else printf("ok\n");
-        } else if (!strcmp(cmd, "launchfor")) { /* launchfor NS MILLISECONDS KIND */
+        } else if (!strcmp(cmd, "launchfor")) {
+            /* launchfor NS MILLISECONDS KIND [STREAMS]: round robin over STREAMS new streams */
             uint64_t dur = x, end = now_ns() + y * 1000000ull, n = 0;
+            int ns = dd[0] ? streams(atoi(dd)) : 0;
+            if (ns < 0) { printf("err streams\n"); continue; }
             while (now_ns() < end && !rc) {
-                rc = launch_one(c[0] ? c : "kernel", &dur);
+                rc = launch_one(c[0] ? c : "kernel", &dur, ns ? g_streams[n % (uint64_t)ns] : NULL);
                 n++;
             }
             if (!rc) rc = p_sync();

@@ -28,6 +28,7 @@
 
 #include "gp_cuda.h"
 #include "gp_region.h"
+#include "gp_shim.h"
 
 #define GP_API __attribute__((visibility("default")))
 
@@ -152,9 +153,9 @@ static struct gp_hook g_hooks[H_COUNT] = {
 
 /* ---------------------------------------------------------------- state */
 
-static struct gp_region *g_region; /* NULL: no slice, pass through */
+struct gp_region *g_region; /* NULL: no slice, pass through */
 static int g_region_error;        /* GPUPOOL_CUDA_REGION named a region that cannot be used */
-static int g_slot = -1;
+int g_slot = -1;
 static pid_t g_slot_pid;
 static pid_t g_pid; /* this process's pid, renewed after fork (getpid() is a system call) */
 static atomic_int g_ready;
@@ -170,8 +171,7 @@ static uint64_t g_graph_charged[GP_MAX_DEVICES];
 static atomic_int g_graph_seen;
 static pthread_mutex_t g_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void gp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void gp_log(const char *fmt, ...) {
+void gp_log(const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -185,7 +185,7 @@ static void gp_log(const char *fmt, ...) {
     (void)w;
 }
 
-static uint64_t mono_ns(void) {
+uint64_t gp_mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -316,7 +316,7 @@ static int dev_index(CUdevice d) {
     return found;
 }
 
-static int current_dev(CUdevice *dev) {
+int gp_current_dev(CUdevice *dev) {
     CUdevice d = 0;
     if (!R.cuCtxGetDevice || R.cuCtxGetDevice(&d) != CUDA_SUCCESS) return -1;
     if (dev) *dev = d;
@@ -444,7 +444,6 @@ static void pool_reset_child(void);
 static void capture_reset_child(void);
 static void atfork_prepare(void) { pthread_mutex_lock(&g_table_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_table_lock); }
-static void track_reset_thread(void);
 static void atfork_child(void) {
     pthread_mutex_init(&g_table_lock, NULL);
     pthread_mutex_init(&g_slot_lock, NULL);
@@ -466,7 +465,7 @@ static void atfork_child(void) {
     atomic_store(&g_graph_seen, 0);
     g_slot = -1;
     g_pid = getpid();
-    track_reset_thread();
+    gp_pace_reset_child();
 }
 
 static void resolve_dlsym(void) {
@@ -511,6 +510,7 @@ static void gp_init(void) {
     R.cuStreamGetCaptureInfo_v3 = real_sym("cuStreamGetCaptureInfo_v3");
     R.cuMipmappedArrayGetMemoryRequirements = real_sym("cuMipmappedArrayGetMemoryRequirements");
     R.cuStreamIsCapturing = real_sym("cuStreamIsCapturing");
+    gp_pace_resolve(real_sym);
 
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
@@ -756,7 +756,7 @@ GP_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     NEED(cuMemAlloc_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAlloc_v2)(dptr, bytes);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAlloc_v2)(dptr, bytes);
@@ -804,7 +804,7 @@ GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
     NEED(cuMemAllocPitch_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t estimate = (uint64_t)width * height; /* the pitch is known only afterwards */
     CUresult rc = charge(di, estimate, 0);
     if (rc != CUDA_SUCCESS) return rc;
@@ -848,7 +848,7 @@ GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
 GP_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags) {
     NEED(cuMemAllocManaged);
     if (!g_region && !g_region_error) return REAL(cuMemAllocManaged)(dptr, bytes, flags);
-    int di = current_dev(NULL);
+    int di = gp_current_dev(NULL);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAllocManaged)(dptr, bytes, flags);
@@ -943,7 +943,6 @@ static CUresult fits_now(int di, uint64_t bytes) {
     return rc;
 }
 
-static CUstream real_stream(CUstream s, int per_thread);
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
                             CUmemoryPool pool, CUstream stream, int per_thread) {
 #define CALL_REAL()                                                                    \
@@ -951,8 +950,8 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
                : ((cuMemAllocAsync_t *)real)(dptr, bytes, stream))
     if (!g_region && !g_region_error) return CALL_REAL();
     CUdevice dev = 0;
-    int di = current_dev(&dev);
-    CUgraph captured = capture_graph(real_stream(stream, per_thread));
+    int di = gp_current_dev(&dev);
+    CUgraph captured = capture_graph(gp_real_stream(stream, per_thread));
     if (captured) { /* a mem-alloc node of the graph being captured: counted when it maps */
         CUresult rc = fits_now(di, bytes);
         if (rc != CUDA_SUCCESS) return rc;
@@ -1106,7 +1105,7 @@ GP_API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d) {
     NEED(cuArrayCreate_v2);
     if ((!g_region && !g_region_error) || !d || !REAL(cuArrayDestroy)) return REAL(cuArrayCreate_v2)(arr, d);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = (uint64_t)d->Width * (d->Height ? d->Height : 1) * d->NumChannels *
                    format_bytes(d->Format);
     CUresult rc = charge(di, est, 0);
@@ -1123,7 +1122,7 @@ GP_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *
     NEED(cuArray3DCreate_v2);
     if ((!g_region && !g_region_error) || !d || !REAL(cuArrayDestroy)) return REAL(cuArray3DCreate_v2)(arr, d);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
                    d->NumChannels * format_bytes(d->Format);
     CUresult rc = charge(di, est, 0);
@@ -1382,7 +1381,7 @@ GP_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_D
     if ((!g_region && !g_region_error) || !d || !REAL(cuMipmappedArrayDestroy))
         return REAL(cuMipmappedArrayCreate)(m, d, levels);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = 0, w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1;
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
         est += w * h * z * d->NumChannels * format_bytes(d->Format);
@@ -1481,7 +1480,7 @@ GP_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
         if (total_b) *total_b = t;
         return rc;
     }
-    int di = current_dev(NULL);
+    int di = gp_current_dev(NULL);
     if (di >= 0) {
         uint64_t limit = atomic_load(&g_region->dev[di].mem_limit);
         uint64_t used = gp_region_used_locked(g_region, (uint32_t)di); /* lock-free sum of atomics */
@@ -1521,8 +1520,10 @@ GP_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
  * event recorded in a capturing stream is a node, not a time. So pacing keeps out: it skips a
  * launch while this thread may not touch events (counted from the capture hooks below) or
  * while the launch's own stream captures (asked of the driver: RELAXED captures, and any the
- * hooks missed). A captured graph is paced when it is launched, as one span. */
+ * hooks missed; asked only while the hooks saw some capture begin, so an uncaptured launch
+ * costs two atomic loads). A captured graph is paced when it is launched, as one span. */
 
+static atomic_int g_cap_any;            /* captures of any mode running in this process */
 static atomic_int g_cap_global;         /* GLOBAL-mode captures running in this process */
 static __thread atomic_int t_cap_local; /* THREAD_LOCAL ones begun by this thread */
 static __thread char t_pt_stream;       /* identifies this thread's per-thread default stream */
@@ -1536,11 +1537,11 @@ static struct gp_capture g_captures[GP_MAX_CAPTURES];
 static pthread_mutex_t g_capture_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The stream a call means: NULL through a _ptsz function is this thread's per-thread stream. */
-static CUstream real_stream(CUstream s, int per_thread) {
+CUstream gp_real_stream(CUstream s, int per_thread) {
     return (per_thread && s == NULL) ? CU_STREAM_PER_THREAD : s;
 }
-static const void *stream_key(CUstream s, int per_thread) {
-    s = real_stream(s, per_thread);
+const void *gp_stream_key(CUstream s, int per_thread) {
+    s = gp_real_stream(s, per_thread);
     return s == CU_STREAM_PER_THREAD ? (const void *)&t_pt_stream : (const void *)s;
 }
 
@@ -1548,7 +1549,8 @@ static void capture_begun(CUstream s, int per_thread, int mode) {
     pthread_mutex_lock(&g_capture_lock);
     for (int i = 0; i < GP_MAX_CAPTURES; i++) {
         if (g_captures[i].key) continue;
-        g_captures[i] = (struct gp_capture){stream_key(s, per_thread), mode, &t_cap_local};
+        g_captures[i] = (struct gp_capture){gp_stream_key(s, per_thread), mode, &t_cap_local};
+        atomic_fetch_add(&g_cap_any, 1);
         if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_add(&g_cap_global, 1);
         if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_add(&t_cap_local, 1);
         break;
@@ -1559,20 +1561,21 @@ static void capture_begun(CUstream s, int per_thread, int mode) {
 /* Whether stream s captures now (asked of the driver; 0 when it cannot say). */
 static int stream_capturing(CUstream s, int per_thread) {
     int st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (R.cuStreamIsCapturing && R.cuStreamIsCapturing(real_stream(s, per_thread), &st) == CUDA_SUCCESS)
+    if (R.cuStreamIsCapturing && R.cuStreamIsCapturing(gp_real_stream(s, per_thread), &st) == CUDA_SUCCESS)
         return st != CU_STREAM_CAPTURE_STATUS_NONE;
     return 0;
 }
 
 static void capture_ended(CUstream s, int per_thread) {
     if (stream_capturing(s, per_thread)) return; /* refused (the wrong thread, say): still on */
-    const void *key = stream_key(s, per_thread);
+    const void *key = gp_stream_key(s, per_thread);
     pthread_mutex_lock(&g_capture_lock);
     for (int i = 0; i < GP_MAX_CAPTURES; i++) {
         struct gp_capture *c = &g_captures[i];
         if (c->key != key) continue;
         if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_sub(&g_cap_global, 1);
         if (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_sub(c->local, 1);
+        atomic_fetch_sub(&g_cap_any, 1);
         memset(c, 0, sizeof *c);
         break;
     }
@@ -1582,12 +1585,14 @@ static void capture_ended(CUstream s, int per_thread) {
 static void capture_reset_child(void) {
     pthread_mutex_init(&g_capture_lock, NULL);
     memset(g_captures, 0, sizeof g_captures);
+    atomic_store(&g_cap_any, 0);
     atomic_store(&g_cap_global, 0);
     atomic_store(&t_cap_local, 0);
 }
 
 /* Whether pacing must keep away from this launch: events may not be touched now. */
-static int capture_forbids_pacing(CUstream s, int per_thread) {
+int gp_capture_forbids_pacing(CUstream s, int per_thread) {
+    if (atomic_load_explicit(&g_cap_any, memory_order_relaxed) == 0) return 0; /* the common case */
     return atomic_load_explicit(&g_cap_global, memory_order_relaxed) > 0 ||
            atomic_load_explicit(&t_cap_local, memory_order_relaxed) > 0 ||
            stream_capturing(s, per_thread);
@@ -1637,196 +1642,15 @@ GP_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
     return rc;
 }
 
-/* ---------------------------------------------------------------- launch pacing
- *
- * A launch first settles what finished (the SM time between a stream's consecutive timing
- * events, taken from the replica's bucket), waits while the bucket is in debt, bounds the
- * launches in flight, then launches and records an event behind it. The bucket fills at the
- * share's rate (plus the lent spare, where the region allows lending), up to GP_BURST_NS. */
+/* ---------------------------------------------------------------- launch pacing (pace.c) */
 
-/* Work in flight on one stream is bounded by time: about GP_INFLIGHT_NS of launches (from the
- * average measured span), at least GP_INFLIGHT_MIN and at most GP_INFLIGHT_MAX launches. */
-#define GP_INFLIGHT_NS 16000000ll
-#define GP_INFLIGHT_MIN 2
-#define GP_INFLIGHT_MAX 120
-#define GP_RING (2 * GP_INFLIGHT_MAX + 8)
-#define GP_TRACKS 4
-#define GP_BURST_NS 30000000ll /* 30 ms */
-#define GP_MAX_SLEEP_NS 2000000ll
-
-struct gp_track {
-    CUcontext ctx;
-    CUstream stream;
-    int di;
-    int used;
-    int head, n;
-    CUevent ring[GP_RING];
-    uint8_t start[GP_RING];
-    CUevent prev; /* the last settled event: the start of the next measured span */
-    CUevent spare[GP_RING + 2];
-    int nspare;
-    int64_t avg_ns; /* moving average of a measured span (one launch), 0 until one is seen */
-};
-static __thread struct gp_track g_tracks[GP_TRACKS];
-static __thread int g_track_next;
-
-static void track_reset_thread(void) {
-    memset(g_tracks, 0, sizeof g_tracks); /* the parent's events mean nothing in a child */
-    g_track_next = 0;
-}
-
-static CUevent ev_get(struct gp_track *t) {
-    if (t->nspare) return t->spare[--t->nspare];
-    CUevent e = NULL;
-    if (R.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return NULL;
-    return e;
-}
-
-static void ev_put(struct gp_track *t, CUevent e) {
-    if (!e) return;
-    if (t->nspare < (int)(sizeof t->spare / sizeof t->spare[0]))
-        t->spare[t->nspare++] = e;
-    else
-        R.cuEventDestroy(e);
-}
-
-static void bucket_refill(struct gp_device *d, uint32_t eff) {
-    uint64_t now = mono_ns();
-    uint64_t last = atomic_load(&d->refill_ns);
-    if (now <= last || !atomic_compare_exchange_strong(&d->refill_ns, &last, now)) return;
-    if (last == 0) return; /* the first launch starts the clock: no burst up front */
-    uint64_t dt = now - last;
-    if (dt > (uint64_t)GP_BURST_NS * 1000) dt = (uint64_t)GP_BURST_NS * 1000;
-    int64_t add = (int64_t)(dt * eff / 1000);
-    int64_t cur = atomic_fetch_add(&d->tokens_ns, add) + add;
-    while (cur > GP_BURST_NS && !atomic_compare_exchange_weak(&d->tokens_ns, &cur, GP_BURST_NS)) {
-    }
-}
-
-static void settle_spans(struct gp_track *t, int wait_first) {
-    struct gp_device *d = &g_region->dev[t->di];
-    while (t->n) {
-        CUevent e = t->ring[t->head];
-        if (wait_first) {
-            R.cuEventSynchronize(e);
-            wait_first = 0;
-        } else if (R.cuEventQuery(e) != CUDA_SUCCESS) {
-            break;
-        }
-        int is_start = t->start[t->head];
-        t->head = (t->head + 1) % GP_RING;
-        t->n--;
-        if (!is_start && t->prev) {
-            float ms = 0;
-            if (R.cuEventElapsedTime(&ms, t->prev, e) == CUDA_SUCCESS && ms > 0) {
-                int64_t ns = (int64_t)((double)ms * 1e6);
-                t->avg_ns = t->avg_ns ? (7 * t->avg_ns + ns) / 8 : ns;
-                atomic_fetch_sub(&d->tokens_ns, ns);
-                if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].busy_ns[t->di], (uint64_t)ns);
-            }
-        }
-        ev_put(t, t->prev);
-        t->prev = e;
-    }
-}
-
-static void track_push(struct gp_track *t, CUevent e, int is_start) {
-    int i = (t->head + t->n) % GP_RING;
-    t->ring[i] = e;
-    t->start[i] = (uint8_t)is_start;
-    t->n++;
-}
-
-static int track_pending_ends(struct gp_track *t) {
-    int k = 0;
-    for (int j = 0; j < t->n; j++) k += !t->start[(t->head + j) % GP_RING];
-    return k;
-}
-
-static struct gp_track *track_for(CUcontext ctx, CUstream s, int di) {
-    for (int i = 0; i < GP_TRACKS; i++)
-        if (g_tracks[i].used && g_tracks[i].ctx == ctx && g_tracks[i].stream == s) return &g_tracks[i];
-    struct gp_track *t = &g_tracks[g_track_next];
-    g_track_next = (g_track_next + 1) % GP_TRACKS;
-    if (t->used) { /* evicted: what it still had in flight goes unmeasured */
-        while (t->n) {
-            R.cuEventDestroy(t->ring[t->head]);
-            t->head = (t->head + 1) % GP_RING;
-            t->n--;
-        }
-        if (t->prev) R.cuEventDestroy(t->prev);
-        while (t->nspare) R.cuEventDestroy(t->spare[--t->nspare]);
-    }
-    memset(t, 0, sizeof *t);
-    t->used = 1;
-    t->ctx = ctx;
-    t->stream = s;
-    t->di = di;
-    return t;
-}
-
-/* Before a launch on stream s: returns the track to record on afterwards, or NULL (no pacing). */
-static struct gp_track *pace_before(CUstream s, int per_thread) {
-    if (!g_region || !R.cuEventCreate || !R.cuCtxGetCurrent) return NULL;
-    CUdevice dev;
-    int di = current_dev(&dev);
-    if (di < 0) return NULL;
-    if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].launches[di], 1);
-    struct gp_device *d = &g_region->dev[di];
-    uint32_t eff = atomic_load(&d->sm_share);
-    if (atomic_load(&g_region->flags) & GP_REGION_LEND_IDLE) eff += atomic_load(&d->sm_spare);
-    if (eff >= 1000) return NULL;
-    if (capture_forbids_pacing(s, per_thread)) return NULL;
-    CUcontext ctx = NULL;
-    R.cuCtxGetCurrent(&ctx);
-    if (per_thread && (s == NULL)) s = CU_STREAM_PER_THREAD;
-    struct gp_track *t = track_for(ctx, s, di);
-    settle_spans(t, 0);
-    int64_t cap = t->avg_ns > 0 ? GP_INFLIGHT_NS / t->avg_ns : GP_INFLIGHT_MIN;
-    if (cap < GP_INFLIGHT_MIN) cap = GP_INFLIGHT_MIN;
-    if (cap > GP_INFLIGHT_MAX) cap = GP_INFLIGHT_MAX;
-    while (track_pending_ends(t) >= cap) settle_spans(t, 1);
-    bucket_refill(d, eff);
-    for (;;) {
-        int64_t tok = atomic_load(&d->tokens_ns);
-        if (tok >= 0) break;
-        int64_t wait = -tok * 1000 / (int64_t)eff;
-        if (wait > GP_MAX_SLEEP_NS) wait = GP_MAX_SLEEP_NS;
-        if (wait < 50000) wait = 50000;
-        struct timespec ts = {wait / 1000000000ll, wait % 1000000000ll};
-        nanosleep(&ts, NULL);
-        settle_spans(t, 0);
-        eff = atomic_load(&d->sm_share);
-        if (atomic_load(&g_region->flags) & GP_REGION_LEND_IDLE) eff += atomic_load(&d->sm_spare);
-        if (eff >= 1000) break;
-        bucket_refill(d, eff);
-    }
-    if (t->n == 0) { /* the stream went idle: time the next span from now, not from the last end */
-        CUevent e = ev_get(t);
-        if (e && R.cuEventRecord(e, s) == CUDA_SUCCESS)
-            track_push(t, e, 1);
-        else
-            ev_put(t, e);
-    }
-    return t;
-}
-
-static void pace_after(struct gp_track *t, CUresult rc) {
-    if (!t || rc != CUDA_SUCCESS) return;
-    CUevent e = ev_get(t);
-    if (e && R.cuEventRecord(e, t->stream) == CUDA_SUCCESS)
-        track_push(t, e, 0);
-    else
-        ev_put(t, e);
-}
-
-#define PACED(n, stream, per_thread, call)                   \
-    do {                                                     \
-        NEED(n);                                             \
-        struct gp_track *t_ = pace_before(stream, per_thread); \
-        CUresult rc_ = call;                                 \
-        pace_after(t_, rc_);                                 \
-        return rc_;                                          \
+#define PACED(n, stream, per_thread, call)                            \
+    do {                                                              \
+        NEED(n);                                                      \
+        struct gp_ticket k_ = gp_pace_before(stream, per_thread);     \
+        CUresult rc_ = call;                                          \
+        gp_pace_after(k_, rc_);                                       \
+        return rc_;                                                   \
     } while (0)
 
 GP_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -1866,7 +1690,7 @@ GP_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
 static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thread) {
     uint64_t est[GP_MAX_DEVICES];
     struct graph_hold h;
-    struct gp_track *t = pace_before(s, per_thread);
+    struct gp_ticket t = gp_pace_before(s, per_thread);
     int mem = g_region && atomic_load(&g_graph_seen); /* a process without graph memory skips it */
     if (mem) {
         graph_estimate((uint64_t)(uintptr_t)g, K_GEXEC, est);
@@ -1874,7 +1698,7 @@ static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thre
     }
     CUresult rc = ((cuGraphLaunch_t *)real)(g, s);
     if (mem) graph_end(&h);
-    pace_after(t, rc);
+    gp_pace_after(t, rc);
     return rc;
 }
 GP_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
