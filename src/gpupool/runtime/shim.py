@@ -35,7 +35,7 @@ from gpupool.runtime.slicectx import SliceContext
 from gpupool.shim.build import DRIVER_PATHS, NVML_PATHS, ShimBuild, ShimBuildError, ensure_built
 
 MAX_DEVICES = 16
-MAX_SLOTS = 128
+MAX_SLOTS = 1024  # gp_region.h: processes using CUDA at once (claimed at first use)
 LABEL_LEN = 64
 DEV_SPILL = 0x1
 REGION_LEND_IDLE = 0x1

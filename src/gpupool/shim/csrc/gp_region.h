@@ -19,9 +19,9 @@
 #include <sys/types.h>
 
 #define GP_REGION_MAGIC 0x4e4f494745525047ULL /* "GPREGION" little-endian */
-#define GP_REGION_VERSION 1u
+#define GP_REGION_VERSION 2u
 #define GP_MAX_DEVICES 16
-#define GP_MAX_SLOTS 128
+#define GP_MAX_SLOTS 1024 /* processes of one replica using CUDA at once (claimed at first use) */
 #define GP_LABEL_LEN 64
 
 /* Region flags (header). */

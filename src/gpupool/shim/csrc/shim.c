@@ -277,17 +277,22 @@ static void ensure_slot(void) {
     pthread_mutex_unlock(&g_slot_lock);
 }
 
+/* A slot with this pid and start time is a previous image's (before exec): exec freed its
+ * memory, so its usage goes (at load, before this image uses CUDA at all). */
+static void release_previous_image(void) {
+    pid_t me = g_pid;
+    uint64_t st = gp_proc_start_ticks(me);
+    uint32_t n = atomic_load(&g_region->slot_hwm);
+    for (uint32_t i = 0; i < n && i < GP_MAX_SLOTS; i++) {
+        if (atomic_load(&g_region->slot[i].pid) == me &&
+            atomic_load(&g_region->slot[i].start_ticks) == st)
+            gp_region_release(g_region, (int)i);
+    }
+}
+
 static void ensure_slot_locked(void) {
     if (g_slot >= 0 && g_slot_pid == g_pid) return;
     pid_t me = g_pid;
-    /* A slot with this pid and start time is a previous image's (before exec): exec freed its
-     * memory, so its usage goes; the new image claims a clean slot. */
-    uint64_t st = gp_proc_start_ticks(me);
-    for (int i = 0; i < GP_MAX_SLOTS; i++) {
-        if (atomic_load(&g_region->slot[i].pid) == me &&
-            atomic_load(&g_region->slot[i].start_ticks) == st)
-            gp_region_release(g_region, i);
-    }
     g_slot = gp_region_claim(g_region, me);
     g_slot_pid = me;
     if (g_slot < 0) gp_log("gpupool: no free usage slot in %s: %d processes attached already", g_region->label, GP_MAX_SLOTS);
@@ -522,7 +527,7 @@ static void gp_init(void) {
                    "refused; the agent creates it before launch, check that the job runs under it",
                    rp, err == -EPROTO ? "not a gpupool region of this version" : strerror(-err));
         } else {
-            ensure_slot();
+            release_previous_image(); /* no slot yet: it is claimed at the first CUDA use */
         }
     }
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -533,7 +538,14 @@ static void gp_init(void) {
 #define INIT()                                                          \
     do {                                                                \
         if (!atomic_load_explicit(&g_ready, memory_order_acquire)) gp_init(); \
-        if (g_region && g_slot_pid != g_pid) ensure_slot();             \
+    } while (0)
+
+/* A process claims its slot at its first CUDA use (a context, an allocation, a launch), not when
+ * the library loads: a process that only loads the façade (a tool, a framework's import, a
+ * child that never touches the GPU) holds none and is not "attached". */
+#define CLAIM()                                                         \
+    do {                                                                \
+        if (g_region && (g_slot < 0 || g_slot_pid != g_pid)) ensure_slot(); \
     } while (0)
 
 #define NEED(n)                                                         \
@@ -1423,6 +1435,7 @@ static int ctx_reserve(CUdevice dev, CUresult *rc) {
     if (!g_region && !g_region_error) return 0;
     int di = dev_index(dev);
     if (di < 0) return 0; /* allocations on it are refused with the reason */
+    CLAIM(); /* a context is the first CUDA use, with or without a reserve to charge */
     uint64_t reserve = atomic_load(&g_region->dev[di].context_reserve);
     if (reserve == 0 || atomic_exchange(&g_ctx_charged[di], 1)) return 0;
     *rc = charge(di, reserve, 0);
@@ -1647,6 +1660,7 @@ GP_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
 #define PACED(n, stream, per_thread, call)                            \
     do {                                                              \
         NEED(n);                                                      \
+        CLAIM();                                                      \
         struct gp_ticket k_ = gp_pace_before(stream, per_thread);     \
         CUresult rc_ = call;                                          \
         gp_pace_after(k_, rc_);                                       \
@@ -1690,6 +1704,7 @@ GP_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
 static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thread) {
     uint64_t est[GP_MAX_DEVICES];
     struct graph_hold h;
+    CLAIM();
     struct gp_ticket t = gp_pace_before(s, per_thread);
     int mem = g_region && atomic_load(&g_graph_seen); /* a process without graph memory skips it */
     if (mem) {
