@@ -1,7 +1,10 @@
 """The agent's side of the CUDA shim: one budget region per replica.
 
-A *region* is a file the agent creates before it launches a replica's processes (see
-``gpupool/shim/csrc/gp_region.h`` for its layout). It holds, per device UUID, the slice's memory
+A *region* is a pair of files the agent creates before it launches a replica's processes (see
+``gpupool/shim/csrc/gp_region.h`` for its layout): the *limits* part ``<region>.limits``, the
+agent's alone to write (a job maps it read-only, so it cannot raise its own limit), and the
+*usage* part, the file ``GPUPOOL_CUDA_REGION`` names, where the job's processes keep their
+usage slots. It holds, per device UUID, the slice's memory
 limit (bytes), SM share (permille, 1000 = no cap), context reserve (bytes charged per process
 that opens a context there) and spill flag, and one usage slot per attached process. The shim
 in each process reads the limits on every allocation and launch, so :meth:`Region.set_limit`
@@ -43,6 +46,13 @@ NO_CAP_PERMILLE = 1000
 MIB = 1 << 20
 #: The regions folder: others may pass to a region handed to them, not list the folder.
 REGIONS_FOLDER_MODE = 0o711
+#: The limits part: the agent's to write, every account's to read (a job maps it read-only).
+LIMITS_MODE = 0o644
+
+
+def limits_path(region: Path) -> Path:
+    """The region's limits part, beside it: ``<region>.limits`` (see ``gp_region.h``)."""
+    return region.with_name(region.name + ".limits")
 
 
 class RegionError(GpupoolError):
@@ -424,10 +434,12 @@ class ShimIsolation:
 
     @staticmethod
     def release(env: Mapping[str, str]) -> None:
-        """Delete the replica's region once its processes are gone (the agent, at replica end)."""
+        """Delete the replica's region (both parts) once its processes are gone (the agent, at
+        replica end)."""
         path = ShimIsolation.region_path(env)
         if path is not None:
             path.unlink(missing_ok=True)
+            limits_path(path).unlink(missing_ok=True)
 
     def job_env(self, ctx: SliceContext, *, pace: bool = True) -> dict[str, str]:
         """``pace=False`` leaves compute alone (share 1000): under ``mps+shim`` MPS does it."""
@@ -460,10 +472,12 @@ class ShimIsolation:
 
     @staticmethod
     def hand_over(env: Mapping[str, str], uid: int, gid: int) -> None:
-        """Give the replica's region to the account its processes run as (``--run-as``): they
-        map it read-write to claim their slots. It stays ``0600``: no other account may read
-        or write it."""
+        """Give the replica's usage part to the account its processes run as (``--run-as``):
+        they map it read-write to claim their slots. It stays ``0600``: no other account may
+        read or write it. The limits part stays the agent's (``0644``): the job maps it
+        read-only and cannot open it for writing."""
         path = ShimIsolation.region_path(env)
         if path is not None:
             os.chown(path, uid, gid)
             path.chmod(0o600)
+            limits_path(path).chmod(LIMITS_MODE)

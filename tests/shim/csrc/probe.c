@@ -6,6 +6,10 @@
  * an old-style program does. Answers: "ok ..." or "err CODE". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "gp_cuda.h"
+#include "gp_region.h"
 
 typedef CUresult (*gpa_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static gpa_t gpa;
@@ -448,6 +453,27 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "destroymipmap")) {
             rc = p_mipdel((CUmipmappedArray)(uintptr_t)x);
             if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "poke")) {
+            /* poke OFFSET VALUE: what a job might do to raise its own limit: write VALUE at
+             * OFFSET of $GPUPOOL_CUDA_REGION, and at dev[0].mem_limit of its limits part.
+             * ok R L: 1 where the write happened, else the errno of the refusal. */
+            const char *rp = getenv("GPUPOOL_CUDA_REGION");
+            char lp[4200];
+            snprintf(lp, sizeof lp, "%s.limits", rp ? rp : "");
+            int res[2] = {0, 0};
+            const char *paths[2] = {rp ? rp : "", lp};
+            size_t offs[2] = {(size_t)x, offsetof(struct gp_region, dev[0].mem_limit)};
+            for (int k = 0; k < 2; k++) {
+                int fd = open(paths[k], O_RDWR);
+                if (fd < 0) { res[k] = errno; continue; }
+                void *m = mmap(NULL, offs[k] + 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                close(fd);
+                if (m == MAP_FAILED) { res[k] = errno; continue; }
+                *(volatile uint64_t *)((char *)m + offs[k]) = y;
+                munmap(m, offs[k] + 8);
+                res[k] = 1;
+            }
+            printf("ok %d %d\n", res[0], res[1]);
         } else if (!strcmp(cmd, "exit")) {
             printf("ok\n");
             return 0;

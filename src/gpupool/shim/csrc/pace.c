@@ -142,7 +142,7 @@ static void ev_put(CUevent e) {
 
 static void charge_busy(int di, int64_t ns) {
     if (ns <= 0) return;
-    atomic_fetch_sub(&g_region->dev[di].tokens_ns, ns);
+    atomic_fetch_sub(&g_region->bucket[di].tokens_ns, ns);
     if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].busy_ns[di], (uint64_t)ns);
 }
 
@@ -309,7 +309,7 @@ static uint32_t effective_share(struct gp_device *d) {
 
 #define GP_REFILL_NS 50000 /* refill at most this often: a shared cache line, written by all */
 
-static void bucket_refill(struct gp_device *d, uint32_t eff, uint64_t now) {
+static void bucket_refill(struct gp_bucket *d, uint32_t eff, uint64_t now) {
     uint64_t last = atomic_load(&d->refill_ns);
     if (last && now < last + GP_REFILL_NS) return;
     if (!atomic_compare_exchange_strong(&d->refill_ns, &last, now)) return;
@@ -331,8 +331,9 @@ struct gp_ticket gp_pace_before(CUstream s, int per_thread) {
     int di = gp_current_dev(&dev);
     if (di < 0) return none;
     if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].launches[di], 1);
-    struct gp_device *d = &g_region->dev[di];
-    uint32_t eff = effective_share(d);
+    struct gp_device *lim = &g_region->dev[di];
+    struct gp_bucket *d = &g_region->bucket[di];
+    uint32_t eff = effective_share(lim);
     if (eff >= 1000 || gp_capture_forbids_pacing(s, per_thread)) return none;
     CUcontext ctx = NULL;
     P.cuCtxGetCurrent(&ctx);
@@ -367,7 +368,7 @@ struct gp_ticket gp_pace_before(CUstream s, int per_thread) {
         pthread_mutex_lock(&g_pace_lock);
         if (t->gen == gen) settle(t, 0);
         pthread_mutex_unlock(&g_pace_lock);
-        eff = effective_share(d);
+        eff = effective_share(lim);
         if (eff >= 1000) break;
         now = gp_mono_ns();
         bucket_refill(d, eff, now);

@@ -520,7 +520,7 @@ static void gp_init(void) {
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
         int err = 0;
-        g_region = gp_region_map(rp, &err);
+        g_region = gp_region_map_job(rp, &err);
         if (!g_region) {
             g_region_error = 1;
             gp_log("gpupool: cannot use the slice region GPUPOOL_CUDA_REGION=%s (%s): CUDA is "
