@@ -56,7 +56,7 @@ struct CUarray_st {
  * above its release threshold (0 here, as by default) or cuMemPoolTrimTo trims it; it grows in
  * 2 MiB steps. */
 struct CUmemPoolHandle_st {
-    int dev;
+    int dev; /* -1: a pool of host memory (cuMemPoolCreate with a host location): no device's */
     uint64_t reserved, used;
 };
 #define POOL_STEP (2ull << 20)
@@ -149,11 +149,11 @@ static CUresult pool_take(CUdeviceptr *p, size_t bytes, struct CUmemPoolHandle_s
     pthread_mutex_lock(&g_mem_lock);
     if (pool->reserved - pool->used < bytes) {
         uint64_t grow = (bytes - (pool->reserved - pool->used) + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
-        if (g_used[pool->dev] + grow > phys()) {
+        if (pool->dev >= 0 && g_used[pool->dev] + grow > phys()) {
             pthread_mutex_unlock(&g_mem_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        g_used[pool->dev] += grow;
+        if (pool->dev >= 0) g_used[pool->dev] += grow;
         pool->reserved += grow;
     }
     pool->used += bytes;
@@ -675,7 +675,7 @@ static void pool_trim(struct CUmemPoolHandle_st *pool, uint64_t keep) {
     uint64_t floor = pool->used > keep ? pool->used : keep;
     floor = (floor + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
     if (pool->reserved > floor) {
-        g_used[pool->dev] -= pool->reserved - floor;
+        if (pool->dev >= 0) g_used[pool->dev] -= pool->reserved - floor;
         pool->reserved = floor;
     }
 }
@@ -694,15 +694,94 @@ API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
     (void)p, (void)n, (void)advice, (void)d;
     return CUDA_SUCCESS;
 }
+/* VMM: a physical allocation lives while its handle is unreleased or any mapping of it remains
+ * (cuMemRelease with mappings left frees nothing yet; the last cuMemUnmap does). Device
+ * memory on location.id for a device location, and for CUDA 13.5's location type 6 too;
+ * host locations take no device memory. */
+struct vmm {
+    CUdeviceptr block;
+    int maps, released;
+};
+struct vmap {
+    CUdeviceptr va;
+    size_t bytes;
+    struct vmm *h;
+    struct vmap *next;
+};
+static struct vmap *g_vmaps;
+static int host_location(int type) { return type >= 2 && type <= 4; }
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes,
                          const CUmemAllocationProp *prop, unsigned long long f) {
     (void)f;
-    CUdeviceptr p;
-    CUresult rc = take(&p, bytes, prop->location.id);
-    if (rc == CUDA_SUCCESS) *h = p;
+    if (!prop || !h) return CUDA_ERROR_INVALID_VALUE;
+    int dev = host_location(prop->location.type) ? -1 : prop->location.id;
+    if (dev >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    struct vmm *v = calloc(1, sizeof *v);
+    CUresult rc = take(&v->block, bytes, dev);
+    if (rc != CUDA_SUCCESS) {
+        free(v);
+        return rc;
+    }
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return rc;
 }
-API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
+static void vmm_maybe_free(struct vmm *v) {
+    if (v->released && v->maps == 0) {
+        give(v->block);
+        free(v);
+    }
+}
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || v->released) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_cap_lock);
+    v->released = 1;
+    int keep = v->maps > 0;
+    pthread_mutex_unlock(&g_cap_lock);
+    if (!keep) vmm_maybe_free(v);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemMap(CUdeviceptr va, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,
+                      unsigned long long flags) {
+    (void)offset, (void)flags;
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || v->released) return CUDA_ERROR_INVALID_VALUE;
+    struct vmap *m = malloc(sizeof *m);
+    pthread_mutex_lock(&g_cap_lock);
+    *m = (struct vmap){va, bytes, v, g_vmaps};
+    g_vmaps = m;
+    v->maps++;
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemUnmap(CUdeviceptr va, size_t bytes) {
+    struct vmm *gone[64];
+    int n = 0;
+    pthread_mutex_lock(&g_cap_lock);
+    for (struct vmap **p = &g_vmaps; *p;) {
+        struct vmap *m = *p;
+        if (m->va >= va && m->va < va + bytes && n < 64) {
+            *p = m->next;
+            m->h->maps--;
+            gone[n++] = m->h;
+            free(m);
+        } else {
+            p = &m->next;
+        }
+    }
+    pthread_mutex_unlock(&g_cap_lock);
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < n; i++) vmm_maybe_free(gone[i]);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+    int dev = host_location(props->location.type) || props->location.type == 0 ? -1 : props->location.id;
+    if (dev >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    *pool = calloc(1, sizeof **pool);
+    (*pool)->dev = dev;
+    return CUDA_SUCCESS;
+}
 
 static size_t fmt_bytes(CUarray_format f) {
     return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 ? 4 : f == CU_AD_FORMAT_HALF ? 2 : 1;

@@ -82,6 +82,9 @@ static CUresult (*p_mipdel)(CUmipmappedArray);
 static CUresult (*p_gaddnode3)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
                                size_t, CUgraphNodeParams *);
 static CUresult (*p_screate)(CUstream *, unsigned);
+static CUresult (*p_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult (*p_unmap)(CUdeviceptr, size_t);
+static CUresult (*p_poolcreate)(CUmemoryPool *, const CUmemPoolProps *);
 
 static void resolve(void) {
     p_init = get("cuInit", "cuInit");
@@ -124,6 +127,9 @@ static void resolve(void) {
     /* As a CUDA 13.5 runtime asks: the driver maps the name to its _v3. */
     p_gaddnode3 = get_v("cuGraphAddNode", "cuGraphAddNode_v3", 13050);
     p_screate = get("cuStreamCreate", "cuStreamCreate");
+    p_map = get("cuMemMap", "cuMemMap");
+    p_unmap = get("cuMemUnmap", "cuMemUnmap");
+    p_poolcreate = get("cuMemPoolCreate", "cuMemPoolCreate");
 }
 
 static uint64_t now_ns(void) {
@@ -267,11 +273,30 @@ int main(int argc, char **argv) {
             CUmemAllocationProp prop;
             memset(&prop, 0, sizeof prop);
             prop.type = 1;
-            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prop.location.type = c[0] ? (int)z : CU_MEM_LOCATION_TYPE_DEVICE; /* vmm BYTES DEV [TYPE] */
             prop.location.id = (int)y;
             CUmemGenericAllocationHandle h;
             rc = p_create(&h, x, &prop, 0);
             if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)h);
+        } else if (!strcmp(cmd, "map")) { /* map VA BYTES HANDLE */
+            rc = p_map(x, y, 0, z, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "unmap")) { /* unmap VA BYTES */
+            rc = p_unmap(x, y);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "poolcreate")) { /* poolcreate LOCATION_TYPE ID: ok POOL */
+            CUmemPoolProps pp;
+            memset(&pp, 0, sizeof pp);
+            pp.allocType = 1;
+            pp.location.type = (int)x;
+            pp.location.id = (int)y;
+            CUmemoryPool pool;
+            rc = p_poolcreate(&pool, &pp);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)pool);
+        } else if (!strcmp(cmd, "poolalloc")) { /* poolalloc POOL BYTES: ok PTR */
+            CUdeviceptr p = 0;
+            rc = p_pool(&p, y, (CUmemoryPool)(uintptr_t)x, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)p);
         } else if (!strcmp(cmd, "release")) {
             rc = p_release(x);
             if (rc) printf("err %d\n", rc); else printf("ok\n");

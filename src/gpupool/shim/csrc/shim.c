@@ -83,6 +83,11 @@ static struct {
     X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1)            \
     X(cuMemCreate, "cuMemCreate", 10020, 0)                       \
     X(cuMemRelease, "cuMemRelease", 10020, 0)                     \
+    X(cuMemMap, "cuMemMap", 10020, 0)                             \
+    X(cuMemUnmap, "cuMemUnmap", 10020, 0)                         \
+    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)               \
+    X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0) \
+    X(cuDeviceGetMemPool, "cuDeviceGetMemPool", 11020, 0)         \
     X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0)                 \
     X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0)             \
     X(cuArrayDestroy, "cuArrayDestroy", 2000, 0)                  \
@@ -199,6 +204,7 @@ enum {
     K_ARRAY = 3,
     K_POOL = 4,    /* counted through its pool */
     K_MIPMAP = 5,
+    K_VMAP = 6,    /* a VMM mapping at a virtual address: bytes holds its handle */
     K_GRAPH = 16,  /* + di: a graph's alloc-node bytes on device di (an estimate, not charged) */
     K_GEXEC = 48,  /* + di: the same for an instantiated graph */
 };
@@ -209,6 +215,8 @@ struct gp_entry {
     int di;
     int kind;
     int spilled;
+    int maps;     /* K_VMM: mappings of the handle (cuMemMap) not yet unmapped */
+    int released; /* K_VMM: cuMemRelease was called; freed once maps is 0 too */
 };
 #define GP_BUCKETS 4096
 static struct gp_entry *g_table[GP_BUCKETS];
@@ -227,6 +235,7 @@ static void table_put(uint64_t key, int kind, uint64_t bytes, int di, int spille
     e->bytes = bytes;
     e->di = di;
     e->spilled = spilled;
+    e->maps = e->released = 0;
     pthread_mutex_lock(&g_table_lock);
     unsigned b = bucket(key, kind);
     e->next = g_table[b];
@@ -586,6 +595,12 @@ typedef CUresult cuMemFreeAsync_ptsz_t(CUdeviceptr, CUstream);
 typedef CUresult cuMemCreate_t(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                                unsigned long long);
 typedef CUresult cuMemRelease_t(CUmemGenericAllocationHandle);
+typedef CUresult cuMemMap_t(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                            unsigned long long);
+typedef CUresult cuMemUnmap_t(CUdeviceptr, size_t);
+typedef CUresult cuMemPoolCreate_t(CUmemoryPool *, const CUmemPoolProps *);
+typedef CUresult cuDeviceGetDefaultMemPool_t(CUmemoryPool *, CUdevice);
+typedef CUresult cuDeviceGetMemPool_t(CUmemoryPool *, CUdevice);
 typedef CUresult cuArrayCreate_v2_t(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult cuArray3DCreate_v2_t(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 typedef CUresult cuArrayDestroy_t(CUarray);
@@ -894,6 +909,12 @@ struct gp_pool {
 };
 static struct gp_pool g_pools[GP_MAX_POOLS];
 static int g_npools;
+/* Where each pool the process made or looked up keeps its memory (di, or GP_NOT_DEVICE). */
+static struct {
+    CUmemoryPool pool;
+    int di;
+} g_pool_loc[4 * GP_MAX_POOLS];
+static int g_npool_loc;
 static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int pool_attr(CUmemoryPool pool, int attr, uint64_t *out) {
@@ -955,6 +976,10 @@ static CUresult fits_now(int di, uint64_t bytes) {
     return rc;
 }
 
+#define GP_NOT_DEVICE (-2) /* a location that is no device's memory (host, managed) */
+#define CU_MEM_ALLOCATION_TYPE_MANAGED 2
+static int location_di(const CUmemLocation *loc, int alloc_type);
+static int pool_loc_get(CUmemoryPool pool, int *di);
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
                             CUmemoryPool pool, CUstream stream, int per_thread) {
 #define CALL_REAL()                                                                    \
@@ -973,6 +998,11 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
             atomic_store(&g_graph_seen, 1);
         }
         return rc;
+    }
+    int pdi;
+    if (pool && pool_loc_get(pool, &pdi)) { /* the pool's own place, not the current device's */
+        if (pdi == GP_NOT_DEVICE) return CALL_REAL(); /* host or managed memory: not counted */
+        di = pdi;
     }
     CUmemoryPool use = pool;
     if (!use && R.cuDeviceGetMemPool && R.cuDeviceGetMemPool(&use, dev) != CUDA_SUCCESS) use = NULL;
@@ -1016,6 +1046,52 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
 static void pool_reset_child(void) {
     pthread_mutex_init(&g_pool_lock, NULL);
     g_npools = 0;
+    g_npool_loc = 0;
+}
+
+static void pool_loc_put(CUmemoryPool pool, int di) {
+    pthread_mutex_lock(&g_pool_lock);
+    int i = 0;
+    while (i < g_npool_loc && g_pool_loc[i].pool != pool) i++;
+    if (i < (int)(sizeof g_pool_loc / sizeof g_pool_loc[0])) {
+        g_pool_loc[i].pool = pool;
+        g_pool_loc[i].di = di;
+        if (i == g_npool_loc) g_npool_loc++;
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* 1 and *di when the pool's location is known. */
+static int pool_loc_get(CUmemoryPool pool, int *di) {
+    int found = 0;
+    pthread_mutex_lock(&g_pool_lock);
+    for (int i = 0; i < g_npool_loc && !found; i++)
+        if (g_pool_loc[i].pool == pool) {
+            *di = g_pool_loc[i].di;
+            found = 1;
+        }
+    pthread_mutex_unlock(&g_pool_lock);
+    return found;
+}
+
+GP_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    NEED(cuMemPoolCreate);
+    CUresult rc = REAL(cuMemPoolCreate)(pool, props);
+    if (rc == CUDA_SUCCESS && g_region && pool && props)
+        pool_loc_put(*pool, location_di(&props->location, props->allocType));
+    return rc;
+}
+GP_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED(cuDeviceGetDefaultMemPool);
+    CUresult rc = REAL(cuDeviceGetDefaultMemPool)(pool, dev);
+    if (rc == CUDA_SUCCESS && g_region && pool) pool_loc_put(*pool, dev_index(dev));
+    return rc;
+}
+GP_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED(cuDeviceGetMemPool);
+    CUresult rc = REAL(cuDeviceGetMemPool)(pool, dev);
+    if (rc == CUDA_SUCCESS && g_region && pool) pool_loc_put(*pool, dev_index(dev));
+    return rc;
 }
 
 static void free_async_settle(CUdeviceptr dptr) {
@@ -1061,12 +1137,36 @@ GP_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
     return rc;
 }
 
+/* -- where memory lives: a VMM allocation's or a pool's location. Host locations (HOST,
+ * HOST_NUMA, HOST_NUMA_CURRENT) and managed pools take no device memory; a device location is
+ * its device; any other type (CUDA 13.5's type 6, say) is counted as device memory, on its id
+ * where that is a device of the slice, else on the current device: never left uncounted. */
+static int location_di(const CUmemLocation *loc, int alloc_type) {
+    if (alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED) return GP_NOT_DEVICE;
+    switch (loc->type) {
+    case 0: /* none: a managed pool's "no preferred location" */
+    case 2:
+    case 3:
+    case 4:
+        return GP_NOT_DEVICE;
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        return dev_index(loc->id);
+    default: {
+        int di = dev_index(loc->id);
+        return di >= 0 ? di : gp_current_dev(NULL);
+    }
+    }
+}
+
+/* -- VMM: a physical allocation is charged at cuMemCreate and uncharged only once it is both
+ * released (cuMemRelease) and unmapped (cuMemUnmap of its last mapping): the driver frees it
+ * only then (PyTorch's expandable segments and NCCL release handles while still mapped). */
 GP_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                             const CUmemAllocationProp *prop, unsigned long long flags) {
     NEED(cuMemCreate);
-    if ((!g_region && !g_region_error) || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return REAL(cuMemCreate)(handle, bytes, prop, flags);
-    int di = dev_index(prop->location.id);
+    if ((!g_region && !g_region_error) || !prop) return REAL(cuMemCreate)(handle, bytes, prop, flags);
+    int di = location_di(&prop->location, 0);
+    if (di == GP_NOT_DEVICE) return REAL(cuMemCreate)(handle, bytes, prop, flags);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemCreate)(handle, bytes, prop, flags);
@@ -1078,10 +1178,62 @@ GP_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
     return rc;
 }
 
+/* Under g_table_lock: the handle's entry, or NULL. */
+static struct gp_entry *vmm_entry_locked(uint64_t handle) {
+    struct gp_entry *e = g_table[bucket(handle, K_VMM)];
+    while (e && !(e->key == handle && e->kind == K_VMM)) e = e->next;
+    return e;
+}
+
 GP_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     NEED(cuMemRelease);
     CUresult rc = REAL(cuMemRelease)(handle);
-    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take(handle, K_VMM));
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = vmm_entry_locked(handle);
+    int now = e && e->maps == 0;
+    if (e) e->released = 1;
+    pthread_mutex_unlock(&g_table_lock);
+    if (now) release_entry(table_take(handle, K_VMM)); /* else at its last unmap */
+    return rc;
+}
+
+GP_API CUresult cuMemMap(CUdeviceptr va, size_t bytes, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags) {
+    NEED(cuMemMap);
+    CUresult rc = REAL(cuMemMap)(va, bytes, offset, handle, flags);
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = vmm_entry_locked(handle);
+    if (e) e->maps++;
+    pthread_mutex_unlock(&g_table_lock);
+    if (e) table_put(va, K_VMAP, handle, -1, 0);
+    return rc;
+}
+
+GP_API CUresult cuMemUnmap(CUdeviceptr va, size_t bytes) {
+    NEED(cuMemUnmap);
+    CUresult rc = REAL(cuMemUnmap)(va, bytes);
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    /* The mappings that started in [va, va + bytes): rare calls, so a scan of the table. */
+    uint64_t freed[64];
+    int n = 0;
+    pthread_mutex_lock(&g_table_lock);
+    for (int b = 0; b < GP_BUCKETS; b++) {
+        for (struct gp_entry **p = &g_table[b]; *p;) {
+            struct gp_entry *m = *p;
+            if (m->kind != K_VMAP || m->key < va || m->key >= va + bytes) {
+                p = &m->next;
+                continue;
+            }
+            *p = m->next;
+            struct gp_entry *h = vmm_entry_locked(m->bytes);
+            if (h && --h->maps == 0 && h->released && n < 64) freed[n++] = h->key;
+            free(m);
+        }
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    for (int i = 0; i < n; i++) release_entry(table_take(freed[i], K_VMM));
     return rc;
 }
 
