@@ -24,9 +24,7 @@ has one definition: the C header.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +33,8 @@ from uuid import uuid4
 
 from gpupool.domain.errors import GpupoolError
 from gpupool.runtime.slicectx import SliceContext
-from gpupool.shim.build import DRIVER_PATHS, NVML_PATHS, ShimBuild, ShimBuildError, ensure_built
+from gpupool.shim.build import ShimBuild, ShimBuildError, ensure_built
+from gpupool.shim.locate import real_driver, real_nvml
 
 MAX_DEVICES = 16
 MAX_SLOTS = 1024  # gp_region.h: processes using CUDA at once (claimed at first use)
@@ -335,51 +334,6 @@ def job_env(
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(b.facade_dir), old) if p)
     return env
-
-
-def real_driver() -> Path | None:
-    """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
-    paths, else what ``ldconfig -p`` lists (never the shim's own façade)."""
-    explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
-    if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
-    for p in DRIVER_PATHS:
-        if Path(p).is_file():
-            return Path(p).resolve()
-    found = _ldconfig_driver()
-    return found if found is not None and found.is_file() else None
-
-
-@functools.lru_cache(maxsize=1)
-def _ldconfig_driver() -> Path | None:
-    """The driver ``ldconfig -p`` lists, asked once per process (every ``auto`` job on a node
-    without a driver would otherwise run it)."""
-    try:
-        out = subprocess.run(
-            ["ldconfig", "-p"], capture_output=True, text=True, check=False, timeout=10
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        name, _, path = line.strip().partition(" => ")
-        if name.startswith("libcuda.so.1") and "gpupool" not in path and Path(path).is_file():
-            return Path(path).resolve()
-    return None
-
-
-def real_nvml() -> Path | None:
-    """The real ``libnvidia-ml.so.1``: ``GPUPOOL_REAL_LIBNVML``, else beside the real driver,
-    else the usual system paths."""
-    explicit = os.environ.get("GPUPOOL_REAL_LIBNVML")
-    if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
-    driver = real_driver()
-    candidates = [driver.parent / "libnvidia-ml.so.1"] if driver is not None else []
-    candidates += [Path(p) for p in NVML_PATHS]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    return None
 
 
 def regions_dir() -> Path:

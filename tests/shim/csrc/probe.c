@@ -478,6 +478,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "destroymipmap")) {
             rc = p_mipdel((CUmipmappedArray)(uintptr_t)x);
             if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "callsym")) { /* callsym NAME: dlsym it and call it bare */
+            int (*f)(void) = (int (*)(void))dlsym(lib, a);
+            if (!f) printf("err nosym\n"); else printf("ok %d\n", f());
         } else if (!strcmp(cmd, "poke")) {
             /* poke OFFSET VALUE: what a job might do to raise its own limit: write VALUE at
              * OFFSET of $GPUPOOL_CUDA_REGION, and at dev[0].mem_limit of its limits part.
