@@ -110,6 +110,19 @@ static uint64_t phys(void) {
     const char *e = getenv("FAKE_CUDA_MEM");
     return e ? strtoull(e, NULL, 10) : 80ull << 30;
 }
+/* FAKE_CUDA_OTHER_BYTES: what other processes hold on every device (total - free shows it). */
+static uint64_t others(void) {
+    const char *e = getenv("FAKE_CUDA_OTHER_BYTES");
+    return e ? strtoull(e, NULL, 10) : 0;
+}
+/* What this process holds on device dev: the fake NVML's per-process figure. */
+API uint64_t fake_cuda_process_bytes(int dev) {
+    if (dev < 0 || dev >= MAXDEV) return 0;
+    pthread_mutex_lock(&g_mem_lock);
+    uint64_t v = g_used[dev] - others();
+    pthread_mutex_unlock(&g_mem_lock);
+    return v;
+}
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -486,6 +499,7 @@ API CUresult cuInit(unsigned int f) {
         once = 1;
         pthread_atfork(NULL, NULL, atfork_child);
         for (int i = 0; i < MAXDEV; i++) g_primary[i].dev = g_pools[i].dev = i;
+        for (int i = 0; i < MAXDEV; i++) g_used[i] = others(); /* other processes' memory */
     }
     return CUDA_SUCCESS;
 }
