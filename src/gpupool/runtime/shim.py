@@ -36,6 +36,13 @@ from gpupool.runtime.slicectx import SliceContext
 from gpupool.shim.build import ShimBuild, ShimBuildError, ensure_built
 from gpupool.shim.locate import real_driver, real_nvml
 
+__all__ = [  # real_driver and real_nvml live in gpupool.shim.locate; the agent takes them here
+    "DEV_SPILL", "LABEL_LEN", "LIMITS_MODE", "MAX_DEVICES", "MAX_SLOTS", "MIB", "NO_CAP_PERMILLE",
+    "REGIONS_FOLDER_MODE", "REGION_LEND_IDLE", "DeviceSlice", "DeviceUsage", "Region",
+    "RegionError", "RegionSnapshot", "ShimIsolation", "job_env", "limits_path", "real_driver",
+    "real_nvml", "regions_dir", "uuid_bytes", "uuid_text",
+]  # fmt: skip
+
 MAX_DEVICES = 16
 MAX_SLOTS = 1024  # gp_region.h: processes using CUDA at once (claimed at first use)
 LABEL_LEN = 64
