@@ -657,6 +657,16 @@ GP_API CUresult cuInit(unsigned int flags) {
     return REAL(cuInit)(flags);
 }
 
+/* A capture begun through a function the shim did not hook is not counted: from then on every
+ * paced launch asks the driver whether its stream captures (and another thread's GLOBAL-mode
+ * capture may go unseen: said once). */
+static atomic_int g_cap_blind;
+static void note_unhooked(const char *symbol) {
+    if (symbol && strncmp(symbol, "cuStreamBeginCapture", 20) == 0 && !atomic_exchange(&g_cap_blind, 1))
+        gp_log("gpupool: %s went out unhooked: stream captures are checked per launch from now on",
+               symbol);
+}
+
 /* The driver's pointer for symbol at version (flags as asked), or NULL. */
 static void *driver_proc(const char *symbol, int version, cuuint64_t flags) {
     void *p = NULL;
@@ -748,6 +758,7 @@ GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     }
     void *h = lookup_hook(symbol, version, flags, got);
     if (h) *pfn = h;
+    else note_unhooked(symbol);
     return rc;
 }
 
@@ -765,6 +776,7 @@ GP_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
     }
     void *h = lookup_hook(symbol, version, flags, got);
     if (h) *pfn = h;
+    else note_unhooked(symbol);
     return rc;
 }
 
@@ -1757,7 +1769,9 @@ static void capture_reset_child(void) {
 
 /* Whether pacing must keep away from this launch: events may not be touched now. */
 int gp_capture_forbids_pacing(CUstream s, int per_thread) {
-    if (atomic_load_explicit(&g_cap_any, memory_order_relaxed) == 0) return 0; /* the common case */
+    if (atomic_load_explicit(&g_cap_any, memory_order_relaxed) == 0 &&
+        !atomic_load_explicit(&g_cap_blind, memory_order_relaxed))
+        return 0; /* the common case */
     return atomic_load_explicit(&g_cap_global, memory_order_relaxed) > 0 ||
            atomic_load_explicit(&t_cap_local, memory_order_relaxed) > 0 ||
            stream_capturing(s, per_thread);
