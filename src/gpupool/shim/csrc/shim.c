@@ -412,10 +412,13 @@ static void release_entry(struct gp_entry *e) {
 
 /* ---------------------------------------------------------------- init */
 
+/* Where the façade looks for the real driver when GPUPOOL_REAL_LIBCUDA is unset (the agent
+ * always sets it, from shim/locate.py, which also asks LD_LIBRARY_PATH and ldconfig). */
 static const char *const g_driver_paths[] = {
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
     "/usr/lib64/libcuda.so.1", "/usr/lib/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
-    "/usr/lib/wsl/lib/libcuda.so.1", NULL,
+    "/usr/local/nvidia/lib/libcuda.so.1", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/run/nvidia/driver/usr/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1", NULL,
 };
 
 static void open_real_driver(void) {
