@@ -57,8 +57,11 @@ def busy_ratio(log: Path) -> float:
     if not data:
         return math.nan
     rows = [rec.unpack_from(data, i * rec.size) for i in range(len(data) // rec.size)]
-    start, end = min(r[2] for r in rows), max(r[3] for r in rows)
-    return sum(r[3] - r[2] for r in rows) / (end - start)
+    busy, reach = 0, 0  # the union: concurrent streams' kernels overlap
+    for _pid, _dev, s, e in sorted(rows, key=lambda r: r[2]):
+        busy += max(0, e - max(s, reach))
+        reach = max(reach, e)
+    return busy / (reach - min(r[2] for r in rows))
 
 
 def main() -> None:

@@ -365,6 +365,7 @@ struct op {
     uint64_t dur;
     CUevent ev;
     uint64_t submit; /* when the host queued it */
+    const void *skey; /* its stream (stream_key) */
 };
 #define QCAP 4096
 static struct op g_q[QCAP];
@@ -388,6 +389,28 @@ static void log_kernel(int dev, uint64_t s, uint64_t e) {
     (void)w;
 }
 
+/* FAKE_CUDA_CONCURRENT=1: streams run concurrently, as kernels that leave the GPU room do on a
+ * real one: an op starts when it was queued or when its own stream's previous op ended. Else
+ * (the default) one timeline for all streams. Either way the times are exact. */
+static int concurrent(void) {
+    static int c = -1;
+    if (c < 0) c = getenv("FAKE_CUDA_CONCURRENT") != NULL;
+    return c;
+}
+static struct {
+    const void *key;
+    uint64_t end;
+} g_stl[64];
+static int g_nstl;
+static uint64_t *stream_end(const void *key) { /* under g_qlock or from the GPU thread */
+    for (int i = 0; i < g_nstl; i++)
+        if (g_stl[i].key == key) return &g_stl[i].end;
+    int i = g_nstl < 64 ? g_nstl++ : 63;
+    g_stl[i].key = key;
+    g_stl[i].end = 0;
+    return &g_stl[i].end;
+}
+
 static void *worker(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g_qlock);
@@ -398,7 +421,12 @@ static void *worker(void *arg) {
         g_qn--;
         g_busy = 1;
         pthread_mutex_unlock(&g_qlock);
-        uint64_t start = o.submit > g_timeline ? o.submit : g_timeline;
+        uint64_t after = g_timeline;
+        pthread_mutex_lock(&g_qlock);
+        uint64_t *own = concurrent() ? stream_end(o.skey) : NULL;
+        if (own) after = *own;
+        pthread_mutex_unlock(&g_qlock);
+        uint64_t start = o.submit > after ? o.submit : after;
         if (o.kind == OP_KERNEL) {
             uint64_t end = start + o.dur;
             if (getenv("FAKE_CUDA_SPIN")) {
@@ -409,7 +437,10 @@ static void *worker(void *arg) {
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) {
                 }
             }
-            g_timeline = end;
+            pthread_mutex_lock(&g_qlock);
+            if (own) *own = end;
+            if (end > g_timeline) g_timeline = end;
+            pthread_mutex_unlock(&g_qlock);
             log_kernel(o.dev, start, end);
         }
         pthread_mutex_lock(&g_qlock);
@@ -429,6 +460,7 @@ static void atfork_child(void) {
     pthread_cond_init(&g_done, NULL);
     g_qh = g_qn = g_busy = g_worker_started = 0;
     g_timeline = 0;
+    g_nstl = 0;
     g_logfd = -2;
 }
 
@@ -479,7 +511,7 @@ static CUresult launch(void **params, uint64_t dur_from_graph, int graph, CUstre
         if (idle) return CUDA_SUCCESS;
     }
     atomic_fetch_add(&g_nlaunches, 1);
-    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0});
+    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0, stream_key(s, ptsz)});
     return CUDA_SUCCESS;
 }
 
@@ -873,15 +905,15 @@ static CUresult event_record(CUevent e, CUstream s, int ptsz) {
     pthread_mutex_lock(&g_qlock);
     e->captured = 0;
     if (g_qn == 0 && !g_busy) {
-        uint64_t n = now_ns();
-        e->t = n > g_timeline ? n : g_timeline;
+        uint64_t n = now_ns(), after = concurrent() ? *stream_end(stream_key(s, ptsz)) : g_timeline;
+        e->t = n > after ? n : after;
         e->done = 1;
         pthread_mutex_unlock(&g_qlock);
         return CUDA_SUCCESS;
     }
     e->done = 0;
     pthread_mutex_unlock(&g_qlock);
-    enqueue((struct op){OP_EVENT, 0, 0, e, 0});
+    enqueue((struct op){OP_EVENT, 0, 0, e, 0, stream_key(s, ptsz)});
     return CUDA_SUCCESS;
 }
 API CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
