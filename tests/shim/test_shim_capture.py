@@ -52,3 +52,16 @@ def test_a_captured_graph_is_paced_as_a_whole(natives, make_region, probes, tmp_
     p.ok(f"glaunchfor {exec_handle} 3000")
     ratio = busy_ratio(log)
     assert abs(ratio - 0.3) <= TOLERANCE, f"busy {ratio:.3f} for a captured graph at 30 %"
+
+
+def test_another_threads_global_capture_keeps_pacing_off_events(natives, make_region, probes,
+                                                                tmp_path):  # fmt: skip
+    """Under a GLOBAL-mode capture no thread of the process may query an event: a paced launch
+    on another thread's stream must not either, or that thread's capture is invalidated."""
+    refused = tmp_path / "capture.log"
+    region = make_region(share=300)
+    p = Probe(natives.probe, shim_env(natives, region, FAKE_CUDA_CAPTURE_LOG=str(refused)))
+    probes.append(p)
+    p.ok("init")
+    assert p.ok(f"capturethread 6 {KERNEL_NS}") == ["0"], refused.read_text()
+    assert not refused.exists()

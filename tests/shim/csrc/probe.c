@@ -178,6 +178,32 @@ static void *thr_alloc(void *a) {
     return NULL;
 }
 
+/* capturethread: another thread captures its own stream in GLOBAL mode meanwhile. */
+struct capt {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int began, go_end;
+    CUresult rc;
+    CUcontext ctx;
+};
+static void *capture_thread(void *arg) {
+    struct capt *k = arg;
+    CUstream s = NULL;
+    CUgraph g = NULL;
+    p_setcur(k->ctx);
+    CUresult rc = p_screate(&s, 0);
+    if (!rc) rc = p_capbegin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    pthread_mutex_lock(&k->m);
+    k->began = 1;
+    k->rc = rc;
+    pthread_cond_broadcast(&k->c);
+    while (!k->go_end) pthread_cond_wait(&k->c, &k->m);
+    pthread_mutex_unlock(&k->m);
+    if (!rc) rc = p_capend(s, &g);
+    k->rc = rc;
+    return NULL;
+}
+
 static void use_device(int n) {
     CUdevice d;
     CUcontext c;
@@ -431,6 +457,29 @@ int main(int argc, char **argv) {
             CUgraphExec e = NULL;
             if (!rc) rc = p_ginst(&e, g, 0);
             if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)e);
+        } else if (!strcmp(cmd, "capturethread")) {
+            /* capturethread N NS: while another thread holds a GLOBAL-mode capture of its own
+             * stream, this one launches N kernels of NS on a stream of its own; ok = the
+             * capture's end result (0: the capture survived) */
+            struct capt k = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL};
+            CUcontext cur = NULL;
+            CUresult (*getcur)(CUcontext *) = get("cuCtxGetCurrent", "cuCtxGetCurrent");
+            getcur(&cur);
+            k.ctx = cur;
+            int ns = streams(1);
+            pthread_t t;
+            pthread_create(&t, NULL, capture_thread, &k);
+            pthread_mutex_lock(&k.m);
+            while (!k.began) pthread_cond_wait(&k.c, &k.m);
+            pthread_mutex_unlock(&k.m);
+            uint64_t dur = y;
+            for (unsigned long long i = 0; i < x && !rc && ns > 0; i++) rc = launch_one("kernel", &dur, g_streams[0]);
+            pthread_mutex_lock(&k.m);
+            k.go_end = 1;
+            pthread_cond_broadcast(&k.c);
+            pthread_mutex_unlock(&k.m);
+            pthread_join(t, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok %d\n", k.rc);
         } else if (!strcmp(cmd, "glaunchfor")) { /* glaunchfor EXEC MILLISECONDS */
             uint64_t end = now_ns() + y * 1000000ull, n = 0;
             while (now_ns() < end && !rc) {
