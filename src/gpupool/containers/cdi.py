@@ -39,9 +39,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
+
+from gpupool.runtime.shim import limits_path
 
 #: The CDI spec version written (podman 4.3's CDI library reads 0.3.0-0.5.0).
 CDI_VERSION = "0.5.0"
@@ -199,6 +201,8 @@ def slice_edits(inputs: SliceInputs) -> ContainerEdits:
     region = env.get("GPUPOOL_CUDA_REGION")
     if region:
         env["GPUPOOL_CUDA_REGION"] = mount(region, REGION_PATH, writable=True)
+        # The limits part beside it, read-only: the job may not raise its own limits.
+        mount(str(limits_path(Path(region))), str(limits_path(Path(REGION_PATH))))
     library_path = [DRIVER_DIR] if libs else []
     shim_dirs = [p for p in env.pop("LD_LIBRARY_PATH", "").split(":") if p]
     if shim_dirs:  # the façade's folder, first
