@@ -74,6 +74,7 @@ def test_a_shim_slice_becomes_facade_first_region_driver_and_visible_devices() -
     assert mounts == {
         SHIM_DIR: ("/var/cache/gpupool/shim/facade", "ro"),
         REGION_PATH: ("/var/lib/gpupool/regions/ab.region", "rw"),
+        f"{REGION_PATH}.limits": ("/var/lib/gpupool/regions/ab.region.limits", "ro"),
         f"{DRIVER_DIR}/libcuda.so.1": ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54", "ro"),
         f"{DRIVER_DIR}/libnvidia-ptxjitcompiler.so.1": ("/usr/lib/ptx.so.550", "ro"),
     }
