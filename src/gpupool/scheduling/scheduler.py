@@ -26,7 +26,7 @@ passed in; it saves work and never changes a decision.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -60,9 +60,11 @@ from gpupool.scheduling.placement.base import (
 from gpupool.scheduling.placement.registry import make_policy
 from gpupool.scheduling.preemption import (
     Candidate,
+    ExemptReclaim,
     PreemptionStage,
     Request,
     candidates_for,
+    exempt_reclaim,
     hold,
     make_preemption,
     preemptible_jobs,
@@ -139,6 +141,8 @@ class _Cycle:
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors = 0
         self.victims: dict[str, tuple[Candidate, ...]] | None = None  # built on first need
+        # The same with the exemption ignored (for ExemptReclaim), built on first need.
+        self.exempt_victims: dict[str, tuple[Candidate, ...]] | None = None
         self.stopping_for: dict[str, list[float]] = {}
         for r in snapshot.running:
             if r.preempted_for is not None:
@@ -468,12 +472,27 @@ class _Cycle:
             self.wait(job, reason, message)
             self.unfit.append(job.id)
             return
+        reclaim = (
+            self.exempt_reclaim(job, pool, shape, replicas)
+            if standing is Standing.IN_QUOTA
+            else None
+        )
+        if reclaim is not None:
+            wait_s = reclaim.at - self.now
+            message = (
+                f"{message}; tenant {job.tenant}'s guaranteed share is held by borrowed job(s) "
+                f"{', '.join(reclaim.victims)} of {', '.join(reclaim.tenants)}, exempt from "
+                f"reclaim for their first {self.config.preempt_exempt_s:.0f} s: it reclaims "
+                f"them in {wait_s:.0f} s (at t={reclaim.at:.0f}) unless running jobs end first"
+            )
         made = pool.backfill.blocked(
             Blocked(job.id, pool.name, shape, replicas, pool.nodes, pool.policy, self._tl(pool))
         )
         if made is not None:
             when = made.start_time
             at = "once running jobs with unknown end finish" if when is None else f"at t={when:.0f}"
+            if reclaim is not None:
+                when = reclaim.at if when is None else min(when, reclaim.at)
             self.wait(
                 job,
                 reason,
@@ -482,7 +501,44 @@ class _Cycle:
                 when,
             )
             return
-        self.wait(job, reason, message, self.estimate(pool, shape, replicas))
+        estimate = self.estimate(pool, shape, replicas)
+        if reclaim is not None:
+            estimate = reclaim.at if estimate is None else min(estimate, reclaim.at)
+        self.wait(job, reason, message, estimate)
+
+    def exempt_reclaim(
+        self, job: Job, pool: _Pool, shape: Shape, replicas: int
+    ) -> ExemptReclaim | None:
+        """When ``job`` (in-quota, blocked, nothing to preempt now) could reclaim its guarantee
+        from other tenants' borrowers still in their first ``preempt_exempt_s`` seconds (see
+        :func:`~gpupool.scheduling.preemption.exempt_reclaim`); ``None`` when that is not what
+        it waits for."""
+        config = self.config
+        if (
+            not config.preemption_enabled
+            or config.preempt_exempt_s <= 0
+            or self.snapshot.quota(job.tenant, pool.name) is None
+        ):
+            return None
+        if self.exempt_victims is None:
+            self.exempt_victims = preemptible_jobs(
+                self.snapshot.running_by_job.items(),
+                capacity=self.capacity,
+                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
+                now=self.now,
+                config=replace(config, preempt_exempt_s=0.0),
+            )
+        found = exempt_reclaim(
+            job,
+            self.exempt_victims.get(pool.name, ()),
+            live=pool.live,
+            policy=pool.policy,
+            shape=shape,
+            replicas=replicas,
+            nodes=pool.nodes,
+            exempt_s=config.preempt_exempt_s,
+        )
+        return found if found is not None and found.at > self.now else None
 
     def _tl(self, pool: _Pool) -> Callable[[], Timeline]:
         return lambda: self.timeline(pool)

@@ -28,7 +28,7 @@ from gpupool.control.machinery.jobstate import move, order_stop
 from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
-from gpupool.control.services.envelope import envelopes
+from gpupool.control.services.envelope import envelopes, quota_refusal
 from gpupool.control.services.jobedit import updated_spec
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import ArrayTask
@@ -47,6 +47,7 @@ from gpupool.store.models import (
     JobEventModel,
     JobModel,
     PoolModel,
+    QuotaModel,
     SliceModel,
 )
 
@@ -308,6 +309,7 @@ class JobService:
             # Idempotency: the jobs these keys already made (one query for the batch; the
             # user + key index answers it), and keys repeated within the batch.
             known: dict[tuple[str, str], Job] = {}
+            quotas: dict[tuple[str, str], QuotaModel | None] = {}  # read once per batch
             keyed = [(i.actor.principal.user, i.key) for i in items if i.key is not None]
             if keyed:
                 users = sorted({u for u, _ in keyed})
@@ -347,6 +349,8 @@ class JobService:
                     continue
                 if not item.queue_anyway:
                     refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec)
+                    if refusal is None:
+                        refusal = quota_refusal(s, item.tenant, spec, quotas)
                     if refusal is not None:
                         outcomes[n] = Invalid(refusal)
                         continue
