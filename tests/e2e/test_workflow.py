@@ -2,16 +2,22 @@
 
 - a job its team's quota can never admit is refused at submit with the limit and what to
   change, and queued with ``--queue-anyway`` it says so as its pending reason;
+- ``--dependency``: a 50-job ``afterok`` chain runs in order, one link after the other, and a
+  failed link ends the rest with ``DependencyNeverSatisfied`` (none of them runs); a job waiting
+  on another says ``Dependency`` in ``queue``; ``--begin`` says ``BeginTime``;
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from gpupool.client import Client
 from tests.e2e.pool import PY, REPO, Pool, wait_for
 
 
@@ -82,3 +88,84 @@ def test_a_job_its_quota_never_admits_is_refused_at_submit_with_what_to_change(
     assert ok.returncode == 0, ok.stderr
     wpool.wait_state(ok.stdout.strip(), "COMPLETED", timeout=120)
     cli(wpool, "cancel", job_id)
+
+
+def _client(pool: Pool) -> Client:
+    return Client(pool.url, (pool.home / "admin-token").read_text().strip())
+
+
+def _link(order: Path, code: int = 0) -> list[str]:
+    """A fast job: it appends its name to ``order`` and exits with ``code``."""
+    return ["sh", "-c", f'echo "$GPUPOOL_JOB_NAME" >> {order}; exit {code}']
+
+
+def test_a_50_job_afterok_chain_runs_in_order(wpool: Pool) -> None:
+    order = wpool.out / "chain.txt"
+    with _client(wpool) as gp:
+        ids: list[str] = []
+        for i in range(50):
+            dep = {"dependency": f"afterok:{ids[-1]}"} if ids else {}
+            # A tenth of a GPU each: without the chain, all 50 would run at once.
+            job = gp.submit(name=f"link{i:02d}", command=_link(order), gpus=0.1, **dep)
+            ids.append(job.id)
+        last = wpool.wait_state(ids[-1], "COMPLETED", "FAILED", "CANCELLED", timeout=900)
+        assert last["state"] == "COMPLETED"
+        jobs = [gp.get(i) for i in ids]
+    assert order.read_text().split() == [f"link{i:02d}" for i in range(50)]
+    assert all(j.state == "COMPLETED" for j in jobs)
+    for before, after in itertools.pairwise(jobs):
+        assert before.end_time is not None
+        assert after.start_time is not None
+        assert after.start_time >= before.end_time, (before.id, after.id)
+
+
+def test_a_failed_link_ends_the_rest_with_dependency_never_satisfied(wpool: Pool) -> None:
+    order = wpool.out / "broken.txt"
+    with _client(wpool) as gp:
+        first = gp.submit(name="gate", command=_link(order, code=3), gpus=0.1, hold=True)
+        rest: list[str] = []
+        for i in range(5):
+            dep = f"afterok:{rest[-1] if rest else first.id}"
+            rest.append(
+                gp.submit(name=f"after{i}", command=_link(order), gpus=0.1, dependency=dep).id
+            )
+        # While the gate is held, the chain waits with the reason Dependency (queue, piped).
+        wait_for(
+            lambda: "Dependency" in (gp.get(rest[0]).pending_reason or "") or None,
+            60,
+            "the Dependency reason",
+        )
+        listed = cli(wpool, "queue", "-t", "PENDING")
+        line = next(x for x in listed.stdout.splitlines() if x.startswith(rest[0]))
+        assert f"Dependency: afterok: waits for job {first.id} to complete" in line
+        gp.release(first.id)
+        assert wpool.wait_state(first.id, "FAILED", timeout=120)["exit_code"] == 3
+        for job_id in rest:
+            ended = wpool.wait_state(job_id, "CANCELLED", timeout=120)
+            assert ended["reason"].startswith("DependencyNeverSatisfied: afterok: job ")
+            assert ended["start_time"] is None
+    assert order.read_text().split() == ["gate"]
+    shown = cli(wpool, "show", rest[-1])
+    assert "DependencyNeverSatisfied" in shown.stdout
+    assert f"afterok:{rest[-2]}" in shown.stdout
+
+
+def test_cli_dependency_begin_and_their_refusals(wpool: Pool) -> None:
+    unknown = cli(wpool, "submit", "-d", "afterok:0123456789ab", "--", "true")
+    assert unknown.returncode != 0
+    assert "names 0123456789ab, which is not a job or job array you can see" in unknown.stderr
+    bad = cli(wpool, "submit", "-d", "afterwards:1", "--", "true")
+    assert bad.returncode != 0
+    assert "'afterwards' is not a dependency kind" in bad.stderr
+    later = cli(wpool, "submit", "--begin", "now+1hour", "-g", "0.1", "--parsable", "--", "true")
+    assert later.returncode == 0, later.stderr
+    job_id = later.stdout.strip()
+    wait_for(lambda: wpool.job(job_id).get("pending_reason"), 60, "a pending reason")
+    assert wpool.job(job_id)["pending_reason"].startswith("BeginTime: it was submitted to begin")
+    # afterany on it: waits while it waits, and a cancel of it lets the dependent run.
+    after = cli(
+        wpool, "submit", "-d", f"afterany:{job_id}", "-g", "0.1", "--parsable", "--", "true"
+    )
+    assert after.returncode == 0, after.stderr
+    assert cli(wpool, "cancel", job_id).returncode == 0
+    wpool.wait_state(after.stdout.strip(), "COMPLETED", timeout=120)

@@ -43,6 +43,7 @@ from gpupool.client.logs import LogPiece, PendingNotice
 from gpupool.client.sdk import Client, merge_spec
 from gpupool.domain.arrays import parse_array
 from gpupool.domain.clock import SystemClock
+from gpupool.domain.dependency import parse_begin
 from gpupool.domain.environ import own_venv, without_venv
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import reserved_env_rule, validate_env_name
@@ -134,6 +135,7 @@ def build_submission(
     isolation: str | None,
     file: Path | None,
     export: str | None = None,
+    dependency: str | None = None,
 ) -> dict[str, Any]:
     """The job-file mapping for ``submit``'s options (validated; raises SpecError).
 
@@ -169,6 +171,7 @@ def build_submission(
         "checkpoint.signal": checkpoint_signal,
         "checkpoint.grace": grace,
         "isolation": isolation,
+        "dependency": dependency,
     }
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
@@ -270,6 +273,19 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
             help="queue it even if no node of the pool could hold it, for nodes yet to join",
         ),
     ] = False,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "-d",
+            "--dependency",
+            help="wait for other jobs: afterok:ID[:ID], afterany, afternotok, aftercorr, "
+            "singleton (',' all, '?' any)",
+        ),
+    ] = None,
+    begin: Annotated[
+        str | None,
+        typer.Option("--begin", help="not before: now+90, now+2hours, 16:00, 2026-12-24T08:00"),
+    ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -290,6 +306,8 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
         spec = build_submission(**{k: params[k] for k in keys})
         if array is not None:
             parse_array(array)  # refused here, before anything is uploaded
+        begin_text: str | None = params.get("begin")
+        begin = None if begin_text is None else parse_begin(begin_text, SystemClock().now())
     with session(server, token) as gp:
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
@@ -300,6 +318,7 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
                 workdir_upload=upload,
                 hold=params["hold"],
                 queue_anyway=params["queue_anyway"],
+                begin=begin,
             )
             if parsable:
                 typer.echo("\n".join(t.id for t in tasks))
@@ -316,6 +335,7 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
             workdir_upload=upload,
             hold=params["hold"],
             queue_anyway=params["queue_anyway"],
+            begin=begin,
         )
         if parsable:
             typer.echo(job.id)

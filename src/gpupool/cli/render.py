@@ -261,6 +261,8 @@ def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> Rend
     if job.memory_oversubscription == "spill" or job.spilled_bytes:  # the pool's choice (shim)
         spilled = format_memory(-(-job.spilled_bytes // (1 << 20))) if job.spilled_bytes else "none"
         rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
+    if job.dependency:
+        rows.append(("Dependency", job.dependency))
     if job.state == "PENDING":
         rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
         est = job.estimated_start

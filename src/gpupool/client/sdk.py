@@ -85,6 +85,8 @@ OPTION_PATHS: dict[str, str] = {
     "checkpoint_signal": "checkpoint.signal",
     "grace": "checkpoint.grace",
     "isolation": "isolation",
+    # sbatch --dependency: "afterok:ID[:ID]", "singleton", ... (gpupool.domain.dependency)
+    "dependency": "dependency",
 }
 
 
@@ -236,6 +238,7 @@ class Client:
         workdir_upload: str | None = None,
         hold: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
@@ -249,11 +252,15 @@ class Client:
         ``sbatch --hold``): it waits until :meth:`release`. A job no node of its pool could
         ever hold (more GPU memory than any card, more GPUs or CPUs than any node, a GPU type
         no node has) is refused with the limit that fails; ``queue_anyway=True`` stores it
-        anyway, to wait for nodes yet to join.
+        anyway, to wait for nodes yet to join. ``begin`` (epoch seconds, like ``sbatch
+        --begin``): it is not eligible to start before then. ``dependency="afterok:ID"`` (an
+        option, like ``sbatch --dependency``): it waits for other jobs.
         """
         payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
         if queue_anyway:
             payload["queue_anyway"] = True
+        if begin is not None:
+            payload["begin"] = begin
         return self._post_submit(payload, retries).job
 
     def submit_array(
@@ -266,6 +273,7 @@ class Client:
         workdir_upload: str | None = None,
         hold: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
         **options: Any,
     ) -> builtins.list[JobView]:
         """Submit a job array (like ``sbatch --array``): one job per index of ``array``
@@ -276,6 +284,8 @@ class Client:
         payload["array"] = array
         if queue_anyway:
             payload["queue_anyway"] = True
+        if begin is not None:
+            payload["begin"] = begin
         return self._post_submit(payload, retries).array
 
     def _submit_payload(

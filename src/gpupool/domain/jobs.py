@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.dependency import Dependency
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
@@ -157,6 +158,8 @@ class JobSpec:
     checkpoint_signal: str = "SIGTERM"
     grace_period_s: float = 30.0
     isolation: IsolationMode = IsolationMode.AUTO
+    # When it may start, in terms of other jobs (sbatch --dependency; gpupool.domain.dependency).
+    dependency: Dependency | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

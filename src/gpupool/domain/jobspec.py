@@ -56,6 +56,7 @@ from gpupool.domain.bounds import (
     MAX_EXEC_BYTES,
     exec_text,
 )
+from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.errors import InvalidValue, Problem, SpecError
 from gpupool.domain.jobs import (
     IsolationMode,
@@ -99,6 +100,8 @@ KNOWN_KEYS: tuple[str, ...] = (
     "checkpoint.signal",
     "checkpoint.grace",
     "isolation",
+    # sbatch --dependency (gpupool.domain.dependency)
+    "dependency",
 )
 _MAPPINGS = {"resources", "checkpoint", "env"}
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
@@ -372,6 +375,14 @@ def build_spec(
         else None
     )
 
+    dependency = (
+        c.parse(
+            "dependency", data["dependency"], lambda v: parse_dependency(_as_str(v, "dependency"))
+        )
+        if data.get("dependency") is not None
+        else None
+    )
+
     if c.problems or res is None:
         raise SpecError(c.problems or [Problem("resources", "invalid", None, source)])
     return JobSpec(
@@ -393,6 +404,7 @@ def build_spec(
         checkpoint_signal=signal_name,
         grace_period_s=grace,
         isolation=isolation,
+        dependency=dependency,
     )
 
 

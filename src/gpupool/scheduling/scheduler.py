@@ -275,10 +275,19 @@ class _Cycle:
             self.wait(job, PendingReason.HELD, f"held until released (gpupool release {job.id})")
             return True
         if job.eligible_time > self.now:
+            if job.restart_count == 0 and job.eligible_time > job.submit_time:
+                self.wait(
+                    job,
+                    PendingReason.BEGIN_TIME,
+                    f"it was submitted to begin at t={job.eligible_time:.0f} (--begin), in "
+                    f"{job.eligible_time - self.now:.0f} s",
+                    job.eligible_time,
+                )
+                return True
             self.wait(
                 job,
                 PendingReason.NOT_ELIGIBLE,
-                "not eligible yet (it is waiting out a requeue delay or a begin time)",
+                "not eligible yet (it is waiting out a requeue delay)",
                 job.eligible_time,
             )
             return True

@@ -44,6 +44,13 @@ class SubmitJobRequest(WireModel):
             "nodes yet to join. Without it such a submit is refused (422) with the limit"
         ),
     )
+    # sbatch --begin (issue 27)
+    begin: float | None = Field(
+        default=None,
+        ge=0,
+        le=253402300799,
+        description="not eligible to start before this time (epoch seconds), like sbatch --begin",
+    )
 
 
 class UpdateJobRequest(WireModel):
@@ -137,6 +144,8 @@ class JobView(WireModel):
     )
     spilled_bytes: int = Field(default=0, description="the sum over its slices' spilled_bytes")
     priority_factors: list[FactorView] | None = None
+    # issue 27: what it waits for (sbatch --dependency), as submitted
+    dependency: str | None = None
 
 
 class SubmitJobResponse(WireModel):

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
@@ -60,6 +61,7 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         "checkpoint_signal": spec.checkpoint_signal,
         "grace_period_s": spec.grace_period_s,
         "isolation": spec.isolation.value,
+        **({"dependency": spec.dependency.text()} if spec.dependency is not None else {}),
     }
 
 
@@ -91,6 +93,7 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         checkpoint_signal=data["checkpoint_signal"],
         grace_period_s=data["grace_period_s"],
         isolation=IsolationMode(data["isolation"]),
+        dependency=parse_dependency(data["dependency"]) if data.get("dependency") else None,
     )
 
 

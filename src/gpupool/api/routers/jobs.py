@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -58,34 +59,34 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
     key = body.idempotency_key or request.headers.get("idempotency-key")
     if key is not None and len(key) > 200:
         raise Invalid("the Idempotency-Key header is too long: use at most 200 characters")
+    when: dict[str, Any] = {
+        "held": body.hold,
+        "queue_anyway": body.queue_anyway,
+        "begin": body.begin,
+    }
     if body.array is not None:
         tasks, created = await run_in_threadpool(
-            submit_array,
-            svc.jobs,
-            act,
-            body.spec,
-            body.array,
-            key,
-            held=body.hold,
-            workdir_upload=body.workdir_upload,
-            queue_anyway=body.queue_anyway,
+            functools.partial(
+                submit_array,
+                svc.jobs,
+                act,
+                body.spec,
+                body.array,
+                key,
+                workdir_upload=body.workdir_upload,
+                **when,
+            )
         )
         views = [job_view(t) for t in tasks]
         view = SubmitJobResponse(job=views[0], created=created, array=views)
     else:
         if body.workdir_upload is None:
-            job, created = await svc.jobs.submit_async(
-                act, body.spec, key, held=body.hold, queue_anyway=body.queue_anyway
-            )
+            job, created = await svc.jobs.submit_async(act, body.spec, key, **when)
         else:
             job, created = await run_in_threadpool(
-                svc.jobs.submit,
-                act,
-                body.spec,
-                key,
-                workdir_upload=body.workdir_upload,
-                held=body.hold,
-                queue_anyway=body.queue_anyway,
+                functools.partial(
+                    svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload, **when
+                )
             )
         view = SubmitJobResponse(job=job_view(job), created=created)
     # The view was validated when built: serialise it as it is (FastAPI would validate the

@@ -33,6 +33,7 @@ def submit_array(
     held: bool = False,
     workdir_upload: str | None = None,
     queue_anyway: bool = False,
+    begin: float | None = None,
 ) -> tuple[list[Job], bool]:
     """Store one job per index of ``array``; returns them in index order and whether they were
     created now (``False``: a retry with the same key returned the first submit's tasks)."""
@@ -44,7 +45,9 @@ def submit_array(
         raise Invalid(
             "an array's idempotency key must be at most 190 characters (each task adds #INDEX)"
         )
-    first = replace(jobs.prepare(actor, data, idempotency_key), queue_anyway=queue_anyway)
+    first = replace(
+        jobs.prepare(actor, data, idempotency_key), queue_anyway=queue_anyway, begin=begin
+    )
     if workdir_upload is not None:
         UploadService(jobs.cp).check_for_job(actor.principal, workdir_upload, first.tenant)
     name = first.spec.name

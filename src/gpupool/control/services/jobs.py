@@ -24,6 +24,7 @@ from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
+from gpupool.control.machinery.dependencies import unknown_targets
 from gpupool.control.machinery.jobstate import move, order_stop
 from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.services import audit
@@ -179,6 +180,7 @@ class PendingSubmit:
     held: bool = False  # submitted held: it waits until released
     array: ArrayTask | None = None  # a task of a job array
     queue_anyway: bool = False  # store it even if no node of its pool could hold it
+    begin: float | None = None  # not eligible before this time (sbatch --begin), epoch seconds
 
 
 #: What storing one submit came to: the job and whether it was created now, or the error.
@@ -200,6 +202,7 @@ class JobService:
         workdir_upload: str | None = None,
         held: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
     ) -> tuple[Job, bool]:
         """Validate and store a job; returns it and whether it was created now.
 
@@ -208,9 +211,13 @@ class JobService:
         the agent, which unpacks it and runs the job there. ``held``: the job is stored held and
         waits until released (an idempotent retry returns the first job as it is).
         ``queue_anyway``: store it even when no node of its pool could hold it (see
-        :mod:`gpupool.control.services.envelope`); otherwise such a job is refused."""
+        :mod:`gpupool.control.services.envelope`); otherwise such a job is refused.
+        ``begin``: it is not eligible before then (epoch seconds; sbatch --begin)."""
         pending = replace(
-            self.prepare(actor, data, idempotency_key), held=held, queue_anyway=queue_anyway
+            self.prepare(actor, data, idempotency_key),
+            held=held,
+            queue_anyway=queue_anyway,
+            begin=begin,
         )
         if workdir_upload is not None:
             UploadService(self.cp).check_for_job(actor.principal, workdir_upload, pending.tenant)
@@ -228,12 +235,13 @@ class JobService:
         *,
         held: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
     ) -> tuple[Job, bool]:
         """:meth:`submit` (without an upload) through group commit: concurrent submits share
         one transaction; this returns after the commit. Call it from an event loop."""
         pending = self.prepare(actor, data, idempotency_key)
-        if held or queue_anyway:
-            pending = replace(pending, held=held, queue_anyway=queue_anyway)
+        if held or queue_anyway or begin is not None:
+            pending = replace(pending, held=held, queue_anyway=queue_anyway, begin=begin)
         if self._batcher is None:
             self._batcher = GroupCommit(
                 self.write_submits,
@@ -347,6 +355,16 @@ class JobService:
                         f"priority class {spec.priority_class!r} does not exist: use one of {names}"
                     )
                     continue
+                if spec.dependency is not None:
+                    scope = None if item.actor.principal.cluster_wide else item.tenant
+                    unknown = unknown_targets(s, spec.dependency, scope)
+                    if unknown:
+                        outcomes[n] = Invalid(
+                            f"dependency {spec.dependency.text()!r} names {', '.join(unknown)}, "
+                            "which is not a job or job array you can see: give ids from "
+                            "gpupool queue or gpupool history"
+                        )
+                        continue
                 if not item.queue_anyway:
                     refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec)
                     if refusal is None:
@@ -361,7 +379,7 @@ class JobService:
                     user=user,
                     priority=priority,
                     submit_time=now,
-                    eligible_time=now,
+                    eligible_time=now if item.begin is None else max(now, item.begin),
                     held=item.held,
                     array=item.array,
                 )
