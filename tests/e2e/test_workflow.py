@@ -5,6 +5,8 @@
 - ``--dependency``: a 50-job ``afterok`` chain runs in order, one link after the other, and a
   failed link ends the rest with ``DependencyNeverSatisfied`` (none of them runs); a job waiting
   on another says ``Dependency`` in ``queue``; ``--begin`` says ``BeginTime``;
+- ``cancel``/``hold``/``release`` by filter (``-u``, ``-n``, ``-t``, an array id), each one
+  request to ``POST /v1/jobs/bulk``;
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,3 +172,31 @@ def test_cli_dependency_begin_and_their_refusals(wpool: Pool) -> None:
     assert after.returncode == 0, after.stderr
     assert cli(wpool, "cancel", job_id).returncode == 0
     wpool.wait_state(after.stdout.strip(), "COMPLETED", timeout=120)
+
+
+def test_cancel_hold_and_release_by_filter(wpool: Pool) -> None:
+    with _client(wpool) as gp:
+        sweep = gp.submit_array(name="sweep", command=["true"], gpus=0.1, array="0-19", hold=True)
+        keep = gp.submit(name="keep", command=["true"], gpus=0.1, hold=True)
+        array_id = sweep[0].array_id
+        assert array_id is not None
+        released = cli(wpool, "release", "-n", "sweep[3]")
+        assert released.returncode == 0, released.stderr
+        assert released.stdout.strip() == f"job {sweep[3].id} (sweep[3]): PENDING"
+        wpool.wait_state(sweep[3].id, "COMPLETED", timeout=120)
+        later = gp.submit(name="later", command=["true"], gpus=0.1, begin=time.time() + 3600)
+        held = cli(wpool, "hold", "-n", "later")
+        assert held.returncode == 0, held.stderr
+        assert held.stdout.strip() == f"job {later.id} (later): PENDING, held"
+        gone = cli(wpool, "cancel", "-u", "admin", "-t", "PD", "-a", array_id)
+        assert gone.returncode == 0, gone.stderr
+        assert gone.stdout.count(": CANCELLED") == 19
+        assert [gp.get(j.id).state for j in sweep].count("CANCELLED") == 19
+        assert gp.get(keep.id).state == "PENDING"
+        assert cli(wpool, "cancel", later.id).returncode == 0
+        # Named again by the array's id: all ended, exit 6 with each one said.
+        again = cli(wpool, "cancel", array_id)
+        assert again.returncode == 6
+        assert f"job {sweep[0].id} is CANCELLED: already ended" in again.stderr
+        assert f"job {sweep[3].id} is COMPLETED: already ended" in again.stderr
+        assert cli(wpool, "cancel", keep.id).returncode == 0

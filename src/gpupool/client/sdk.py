@@ -56,7 +56,14 @@ from gpupool.schemas.admin import (
     UserView,
     WhoAmI,
 )
-from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobResponse, UploadView
+from gpupool.schemas.jobs import (
+    BulkJobsResponse,
+    JobEventView,
+    JobList,
+    JobView,
+    SubmitJobResponse,
+    UploadView,
+)
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
 
 M = TypeVar("M", bound=BaseModel)
@@ -372,6 +379,36 @@ class Client:
     def cancel(self, job_id: str, reason: str | None = None) -> JobView:
         response = self.request("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
         return JobView.model_validate(response.json())
+
+    def bulk(
+        self,
+        action: str,
+        *,
+        ids: Sequence[str] = (),
+        user: str | None = None,
+        name: str | None = None,
+        states: Sequence[str] = (),
+        array: str | None = None,
+        tenant: str | None = None,
+        pool: str | None = None,
+        reason: str | None = None,
+    ) -> BulkJobsResponse:
+        """``cancel``, ``hold`` or ``release`` every job a selection names, in one request and
+        one transaction (``POST /v1/jobs/bulk``; like ``scancel -u alice -t PD``). ``ids`` are
+        job or array ids; every filter given narrows the selection."""
+        body = {
+            "action": action,
+            "ids": list(ids),
+            "user": user,
+            "name": name,
+            "states": list(states),
+            "array": array,
+            "tenant": tenant,
+            "pool": pool,
+            "reason": reason,
+        }
+        response = self.request("POST", "/v1/jobs/bulk", json=body)
+        return BulkJobsResponse.model_validate(response.json())
 
     def resize(
         self, job_id: str, *, gpus: str | None = None, gpu_memory: str | None = None

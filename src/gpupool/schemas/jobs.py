@@ -8,7 +8,7 @@ Amounts in views are integers: ``gpu_milli`` per replica, ``gpu_memory_mib`` per
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -179,3 +179,38 @@ class ResizeJobRequest(WireModel):
 
 class CancelJobRequest(WireModel):
     reason: str | None = Field(default=None, max_length=500)
+
+
+# ----------------------------------------------------------------- bulk (issue 27)
+
+
+class BulkJobsRequest(WireModel):
+    """Cancel, hold or release every job a selection names, in one transaction (like
+    ``scancel -u alice -t PENDING``): ids (job or array ids) and filters, each narrowing."""
+
+    action: Literal["cancel", "hold", "release"]
+    ids: list[str] = Field(default_factory=list, max_length=10_000)
+    user: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+    states: list[str] = Field(default_factory=list, max_length=20, description="names or codes")
+    array: str | None = Field(default=None, max_length=64, description="a job array's id")
+    tenant: str | None = Field(default=None, max_length=64)
+    pool: str | None = Field(default=None, max_length=64)
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class BulkJobChange(WireModel):
+    id: str
+    name: str
+    state: str
+    held: bool
+
+
+class BulkJobsResponse(WireModel):
+    action: str
+    changed: list[BulkJobChange] = Field(description="the jobs changed, with their new state")
+    not_found: list[str] = Field(description="ids named that match no job you can see")
+    skipped: list[BulkJobChange] = Field(
+        description="jobs named by id that the action does not apply to, with their state"
+    )
+    refused: int = Field(description="jobs selected that you may not change")

@@ -13,6 +13,13 @@ from gpupool.api.deps import Act, OffsetQuery, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
 from gpupool.control.errors import Invalid
 from gpupool.control.services.arrays import submit_array
+from gpupool.control.services.bulk import (
+    BulkAction,
+    BulkService,
+    Selection,
+    forbid_other_tenant,
+    parse_states,
+)
 from gpupool.control.services.jobs import JobFilter
 from gpupool.control.services.resize import ResizeService
 from gpupool.domain.errors import InvalidValue
@@ -21,6 +28,9 @@ from gpupool.domain.states import JobState
 from gpupool.domain.units import parse_gpus, parse_memory
 from gpupool.schemas.agent import LogStream
 from gpupool.schemas.jobs import (
+    BulkJobChange,
+    BulkJobsRequest,
+    BulkJobsResponse,
     CancelJobRequest,
     JobEventView,
     JobList,
@@ -93,6 +103,34 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
     # returned model again against response_model).
     return Response(
         view.model_dump_json(), status_code=201 if created else 200, media_type="application/json"
+    )
+
+
+@router.post("/bulk", response_model=BulkJobsResponse)
+def bulk(body: BulkJobsRequest, svc: Svc, act: Act) -> BulkJobsResponse:
+    """Cancel, hold or release every job the selection names, in one transaction (see
+    control/services/bulk.py): ids and filters narrow together; an empty selection is 422."""
+    forbid_other_tenant(act.principal, body.tenant)
+    selection = Selection(
+        ids=tuple(body.ids),
+        user=body.user,
+        name=body.name,
+        states=parse_states(body.states),
+        array_id=body.array,
+        tenant=body.tenant,
+        pool=body.pool,
+    )
+    done = BulkService(svc.cp).apply(act, BulkAction(body.action), selection, body.reason)
+    return BulkJobsResponse(
+        action=done.action.value,
+        changed=[
+            BulkJobChange(id=c.id, name=c.name, state=c.state, held=c.held) for c in done.changed
+        ],
+        not_found=done.not_found,
+        skipped=[
+            BulkJobChange(id=c.id, name=c.name, state=c.state, held=c.held) for c in done.skipped
+        ],
+        refused=done.refused,
     )
 
 

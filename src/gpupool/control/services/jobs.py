@@ -25,15 +25,15 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
 from gpupool.control.machinery.dependencies import unknown_targets
-from gpupool.control.machinery.jobstate import move, order_stop
-from gpupool.control.machinery.nodeorders import stored_job
+from gpupool.control.machinery.jobstate import move
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.services.bulk import cancel_row
 from gpupool.control.services.envelope import envelopes, quota_refusal
 from gpupool.control.services.jobedit import updated_spec
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import ArrayTask
-from gpupool.domain.assignments import AssignmentState, StopReason
+from gpupool.domain.assignments import AssignmentState
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
@@ -495,14 +495,7 @@ class JobService:
             state = JobState(row.state)
             if state.is_terminal:
                 raise Conflict(f"job {job_id} already ended ({state.value}): nothing to cancel")
-            policy = stored_job(row).stop_policy
-            if state in (JobState.PENDING, JobState.REQUEUED, JobState.CONFIGURING):
-                move(s, row, JobState.CANCELLED, now, reason=why)
-            elif state is JobState.RUNNING:
-                move(s, row, JobState.COMPLETING, now, reason=why)
-            # COMPLETING: a stop is already under way; its replicas not yet ordered to stop
-            # are cancelled (they end through the exit report, or before they started)
-            order_stop(s, job_id, StopReason.CANCEL, policy.signal, policy.grace_s)
+            cancel_row(s, row, why, now)
             audit.record(s, actor, "job.cancel", now, target=job_id)
             job = job_from_row(row)
         self.cp.poke()
