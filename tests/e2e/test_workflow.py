@@ -7,6 +7,8 @@
   on another says ``Dependency`` in ``queue``; ``--begin`` says ``BeginTime``;
 - ``cancel``/``hold``/``release`` by filter (``-u``, ``-n``, ``-t``, an array id), each one
   request to ``POST /v1/jobs/bulk``;
+- first contact: ``--price A100-80GB=2.5`` charges ``NVIDIA A100-SXM4-80GB`` GPU-hours, and a
+  key that matches no model is warned about;
 """
 
 from __future__ import annotations
@@ -200,3 +202,24 @@ def test_cancel_hold_and_release_by_filter(wpool: Pool) -> None:
         assert f"job {sweep[0].id} is CANCELLED: already ended" in again.stderr
         assert f"job {sweep[3].id} is COMPLETED: already ended" in again.stderr
         assert cli(wpool, "cancel", keep.id).returncode == 0
+
+
+def test_a_price_named_like_the_help_charges_the_device_and_a_stray_key_is_warned(
+    wpool: Pool,
+) -> None:
+    assert cli(wpool, "tenants", "set", "pricing").returncode == 0
+    done = cli(wpool, "pools", "set", "default", "--price", "A100-80GB=2.5", "--price", "H100=9")
+    assert done.returncode == 0, done.stderr
+    warning = " ".join(done.stderr.split())
+    assert "warning: --price H100=9" not in warning  # the key alone, not its value
+    assert "warning: --price H100 matches no GPU model of pool default" in warning
+    assert "NVIDIA A100-SXM4-80GB" in warning
+    assert "A100-80GB" not in warning.split("(")[0]
+    ran = cli(wpool, "submit", "-A", "pricing", "-g", "1", "--parsable", "--", "sleep", "1")
+    assert ran.returncode == 0, ran.stderr
+    wpool.wait_state(ran.stdout.strip(), "COMPLETED", timeout=120)
+    with _client(wpool) as gp:
+        lines = gp.usage(start=0, group_by=["gpu_model"], tenant="pricing").lines
+    assert [line.key["gpu_model"] for line in lines] == ["NVIDIA A100-SXM4-80GB"]
+    assert lines[0].gpu_hours > 0
+    assert abs(lines[0].cost - lines[0].gpu_hours * 2.5) < 1e-6
