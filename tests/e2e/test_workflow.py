@@ -86,6 +86,11 @@ def test_a_job_its_quota_never_admits_is_refused_at_submit_with_what_to_change(
     wait_for(reason, 60, "a pending reason")
     shown = cli(wpool, "show", job_id)
     assert "can never start" in " ".join(shown.stdout.split())
+    # Piped, queue prints the reason whole, though the line is longer than 400 columns.
+    reason = wpool.job(job_id)["pending_reason"]
+    line = next(x for x in cli(wpool, "queue").stdout.splitlines() if x.startswith(job_id))
+    assert len(line) > 400
+    assert f"({reason})" in line
     # Preemptible, the same job borrows the idle pool and runs.
     ok = cli(
         wpool, "submit", "-A", "course", "-g", "1", "--preemptible", "--parsable", "--", "true"
