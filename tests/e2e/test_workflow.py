@@ -8,7 +8,9 @@
 - ``cancel``/``hold``/``release`` by filter (``-u``, ``-n``, ``-t``, an array id), each one
   request to ``POST /v1/jobs/bulk``;
 - first contact: ``--price A100-80GB=2.5`` charges ``NVIDIA A100-SXM4-80GB`` GPU-hours, and a
-  key that matches no model is warned about;
+  key that matches no model is warned about; the array id ``submit -a`` prints works in
+  ``show`` and ``logs`` (and ``ID_INDEX`` for one task); ``logs`` of a failed job that wrote
+  nothing says so and exits 1;
 """
 
 from __future__ import annotations
@@ -228,3 +230,43 @@ def test_a_price_named_like_the_help_charges_the_device_and_a_stray_key_is_warne
     assert [line.key["gpu_model"] for line in lines] == ["NVIDIA A100-SXM4-80GB"]
     assert lines[0].gpu_hours > 0
     assert abs(lines[0].cost - lines[0].gpu_hours * 2.5) < 1e-6
+
+
+def test_the_array_id_submit_prints_works_in_show_and_logs(wpool: Pool) -> None:
+    said = cli(wpool, "submit", "-J", "tasks", "-a", "0-2", "-g", "0.1", "--wrap",
+               "echo task $GPUPOOL_ARRAY_TASK_ID")  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    array_id = said.stdout.split()[2]  # "Submitted array ID of 3 jobs ..."
+    with _client(wpool) as gp:
+        for task in gp.list(array=array_id):
+            wpool.wait_state(task.id, "COMPLETED", timeout=120)
+    shown = cli(wpool, "show", array_id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"job array {array_id}: 3 tasks")
+    assert all(f"tasks[{i}]" in shown.stdout for i in range(3))
+    one = cli(wpool, "show", f"{array_id}_1")
+    assert one.returncode == 0, one.stderr
+    assert "tasks[1]" in one.stdout
+    assert cli(wpool, "logs", f"{array_id}_1").stdout == "task 1\n"
+    assert cli(wpool, "logs", f"{array_id}[2]").stdout == "task 2\n"
+    every = cli(wpool, "logs", array_id)
+    assert every.returncode == 0, every.stderr
+    assert [x for x in every.stdout.splitlines() if x.startswith("task")] == [
+        "task 0", "task 1", "task 2"
+    ]  # fmt: skip
+    missing = cli(wpool, "logs", f"{array_id}_7")
+    assert missing.returncode == 3
+    assert f"job array {array_id} has no task 7 (its tasks: 0, 1, 2)" in missing.stderr
+
+
+def test_logs_of_a_failed_job_that_wrote_nothing_says_so(wpool: Pool) -> None:
+    said = cli(wpool, "submit", "-g", "0.1", "--parsable", "--wrap", "echo oops >&2; exit 3")
+    job_id = said.stdout.strip()
+    wpool.wait_state(job_id, "FAILED", timeout=120)
+    out = cli(wpool, "logs", job_id)
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert f"job {job_id} ended FAILED with exit code 3 and wrote nothing to stdout" in out.stderr
+    assert f"gpupool logs --stderr {job_id}" in out.stderr
+    err = cli(wpool, "logs", "--stderr", job_id)
+    assert (err.returncode, err.stdout) == (0, "oops\n")

@@ -15,7 +15,7 @@ import inspect
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -24,6 +24,7 @@ import typer
 import yaml
 
 from gpupool.cli import render
+from gpupool.cli.jobref import resolve
 from gpupool.cli.session import (
     ExpectedOpt,
     JsonOpt,
@@ -526,7 +527,7 @@ def _queue_order(j: JobView) -> tuple[int, float, str]:
 
 
 def show(
-    job_id: Annotated[str, typer.Argument(help="job id")],
+    job_id: Annotated[str, typer.Argument(help="job id, job array id, or ARRAY_INDEX")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -540,16 +541,25 @@ def show(
       gpupool show 3f2a9c1d0b7e --json
     """
     with session(server, token) as gp:
-        job = gp.get(job_id)
-        events = gp.events(job_id)
-        if json_out:
-            print_json({"job": job, "events": events})
+        found = resolve(gp, job_id)
+        if isinstance(found, list):  # a job array's id: its tasks, as queue lists them
+            if json_out:
+                print_json(found)
+                return
+            typer.echo(
+                f"job array {job_id}: {len(found)} tasks (gpupool show {job_id}_INDEX for one)"
+            )
+            emit(render.queue_table(found, SystemClock().now()))
             return
-        emit(render.job_detail(job, events, SystemClock().now()))
+        events = gp.events(found.id)
+        if json_out:
+            print_json({"job": found, "events": events})
+            return
+        emit(render.job_detail(found, events, SystemClock().now()))
 
 
 def logs(
-    job_id: Annotated[str, typer.Argument(help="job id")],
+    job_id: Annotated[str, typer.Argument(help="job id, job array id, or ARRAY_INDEX")],
     follow: Annotated[
         bool, typer.Option("-f", "--follow", help="keep printing until it ends")
     ] = False,
@@ -568,18 +578,62 @@ def logs(
 
       gpupool logs --stderr 3f2a9c1d0b7e > errors.txt
 
+      gpupool logs 5d4c3b2a1f0e_3          # task 3 of a job array (its id: every task)
+
     The server keeps the newest 64 MiB (log_keep_bytes) of each replica's stdout and stderr
     (the agent ships new output every second); when older bytes were dropped, stderr says
     how many. -f polls until the job ends and its node has sent the end of the log.
     """
+    stream = "stderr" if stderr else "stdout"
     with session(server, token) as gp:
-        stream = "stderr" if stderr else "stdout"
-        job = gp.get(job_id)
-        write_output(
-            gp.output(job_id, streams=(stream,), follow=follow),
-            gang=job.replicas > 1,
-            one_stream=True,
-        )
+        found = resolve(gp, job_id)
+        if isinstance(found, list) and follow:
+            raise fail(f"{job_id} is a job array: follow one task, e.g. gpupool logs -f {job_id}_0")
+        code = 0
+        for job in found if isinstance(found, list) else [found]:
+            if isinstance(found, list):
+                sys.stdout.flush()
+                typer.echo(f"==> {job.name} (job {job.id}) <==")
+            written = _write_counted(gp.output(job.id, streams=(stream,), follow=follow), job)
+            if not written:
+                code = max(code, _nothing_written(gp.get(job.id), stream))
+        if code:
+            raise typer.Exit(code)
+
+
+def _write_counted(pieces: Iterable[LogPiece], job: JobView) -> int:
+    """Write ``pieces`` as ``logs`` does; the number of bytes they held."""
+    count = 0
+
+    def counted() -> Iterator[LogPiece]:
+        nonlocal count
+        for piece in pieces:
+            count += len(piece.data)
+            yield piece
+
+    write_output(counted(), gang=job.replicas > 1, one_stream=True)
+    return count
+
+
+def _nothing_written(job: JobView, stream: str) -> int:
+    """Say why a job's ``stream`` is empty, on stderr; the exit code (1: it failed)."""
+    other = "stderr" if stream == "stdout" else "stdout"
+    flag = "--stderr " if other == "stderr" else ""
+    if job.state in ("PENDING", "REQUEUED"):
+        why = f": {job.pending_reason}" if job.pending_reason else ""
+        typer.echo(f"job {job.id} has not started yet ({job.state}{why})", err=True)
+        return 0
+    if job.state in ("COMPLETED", "RUNNING", "CONFIGURING", "COMPLETING"):
+        return 0
+    ended = f"job {job.id} ended {job.state}" + (
+        f" with exit code {job.exit_code}" if job.exit_code is not None else ""
+    )
+    typer.echo(
+        f"{ended} and wrote nothing to {stream}: see gpupool logs {flag}{job.id} and "
+        f"gpupool show {job.id} (its reason: {job.reason or 'none given'})",
+        err=True,
+    )
+    return EXIT_FAILED
 
 
 def fetch(
