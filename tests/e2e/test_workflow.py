@@ -10,7 +10,7 @@
 - first contact: ``--price A100-80GB=2.5`` charges ``NVIDIA A100-SXM4-80GB`` GPU-hours, and a
   key that matches no model is warned about; the array id ``submit -a`` prints works in
   ``show`` and ``logs`` (and ``ID_INDEX`` for one task); ``logs`` of a failed job that wrote
-  nothing says so and exits 1;
+  nothing says so and exits 1; the README's token command leaves the token file 0600;
 """
 
 from __future__ import annotations
@@ -270,3 +270,33 @@ def test_logs_of_a_failed_job_that_wrote_nothing_says_so(wpool: Pool) -> None:
     assert f"gpupool logs --stderr {job_id}" in out.stderr
     err = cli(wpool, "logs", "--stderr", job_id)
     assert (err.returncode, err.stdout) == (0, "oops\n")
+
+
+def test_the_readme_token_command_leaves_the_token_file_private(
+    wpool: Pool, tmp_path: Path
+) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    lines = [x for x in readme if "tokens create --user node-agent" in x]
+    assert len(lines) == 1
+    command = lines[0].split("#")[0].strip()  # the line as a user pastes it
+    assert cli(wpool, "users", "create", "node-agent", "--role", "agent").returncode == 0
+    token = (wpool.home / "admin-token").read_text().strip()
+    bindir = tmp_path / "bin"  # `gpupool` as installed: this tree's CLI
+    bindir.mkdir()
+    (bindir / "gpupool").write_text(f'#!/bin/sh\nexec {PY} -m gpupool.cli "$@"\n')
+    (bindir / "gpupool").chmod(0o755)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "GPUPOOL_SERVER": wpool.url,
+        "GPUPOOL_TOKEN": token,
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
+    }
+    done = subprocess.run(  # the user's shell, with its usual umask
+        ["sh", "-c", f"umask 022; {command}"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    made = tmp_path / ".agent-token"
+    assert made.read_text().strip().startswith("gp_")
+    assert made.stat().st_mode & 0o777 == 0o600
