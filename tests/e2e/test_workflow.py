@@ -10,7 +10,8 @@
 - first contact: ``--price A100-80GB=2.5`` charges ``NVIDIA A100-SXM4-80GB`` GPU-hours, and a
   key that matches no model is warned about; the array id ``submit -a`` prints works in
   ``show`` and ``logs`` (and ``ID_INDEX`` for one task); ``logs`` of a failed job that wrote
-  nothing says so and exits 1; the README's token command leaves the token file 0600;
+  nothing says so and exits 1; the README's token command leaves the token file 0600; a
+  duplicate node's refusal is printed as a sentence, not raw JSON;
 """
 
 from __future__ import annotations
@@ -300,3 +301,21 @@ def test_the_readme_token_command_leaves_the_token_file_private(
     made = tmp_path / ".agent-token"
     assert made.read_text().strip().startswith("gp_")
     assert made.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_duplicate_nodes_refusal_is_a_sentence_not_json(wpool: Pool, tmp_path: Path) -> None:
+    log = tmp_path / "second.log"
+    with log.open("wb") as out:
+        second = subprocess.run(
+            [PY, "-m", "gpupool.cli", "agent", "--server", wpool.url,
+             "--token-file", str(wpool.agent_token), "--simulate", "1xT4", "--node", "n1",
+             "--state-dir", str(tmp_path / "other"), "--address", "127.0.0.2"],
+            env=wpool._env(), stdout=out, stderr=subprocess.STDOUT, timeout=120, check=False,
+        )  # fmt: skip
+    said = log.read_text()
+    assert second.returncode != 0
+    error = next(x for x in said.splitlines() if x.startswith("error:"))
+    assert error.startswith("error: node n1 is already served by a live agent")
+    assert "give this agent its own name with --node NAME" in error
+    assert error.endswith("(the server refused /v1/agent/register: 409)")
+    assert "{" not in error
