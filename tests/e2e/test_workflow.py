@@ -11,13 +11,16 @@
   key that matches no model is warned about; the array id ``submit -a`` prints works in
   ``show`` and ``logs`` (and ``ID_INDEX`` for one task); ``logs`` of a failed job that wrote
   nothing says so and exits 1; the README's token command leaves the token file 0600; a
-  duplicate node's refusal is printed as a sentence, not raw JSON;
+  duplicate node's refusal is printed as a sentence, not raw JSON; ``gpupool up`` says on
+  SIGTERM that it stopped and that its running job keeps running (and it does);
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.client import Client
-from tests.e2e.pool import PY, REPO, Pool, wait_for
+from tests.e2e.pool import PY, REPO, Pool, free_port, wait_for
+from tests.readiness import answers_ready, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +323,39 @@ def test_a_duplicate_nodes_refusal_is_a_sentence_not_json(wpool: Pool, tmp_path:
     assert "give this agent its own name with --node NAME" in error
     assert error.endswith("(the server refused /v1/agent/register: 409)")
     assert "{" not in error
+
+
+def test_up_says_on_sigterm_that_it_stopped_and_its_job_keeps_running(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    home = tmp_path / "home"
+    env = {**os.environ, "GPUPOOL_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [PY, "-m", "gpupool.cli", "up", "--port", str(port), "--simulate", "1xT4"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    pid_file = tmp_path / "job.pid"
+    job_pid = 0
+    try:
+        wait_ready(lambda: answers_ready(url), what="gpupool up", proc=proc, log=log)
+        token = (home / "admin-token").read_text().strip()
+        with Client(url, token) as gp:
+            wait_for(lambda: gp.nodes() or None, 60, "the local agent")
+            job = gp.submit(name="keeps", script=f"echo $$ > {pid_file}; sleep 600", gpus=0.5)
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 60, "the job")
+            job_pid = int(pid_file.read_text())
+            wait_for(lambda: gp.get(job.id).state == "RUNNING" or None, 60, "RUNNING")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        said = " ".join(log.read_text().split())
+        assert "gpupool stopped (SIGTERM)" in said, said[-2000:]
+        assert "1 job keeps running on this machine; `gpupool up` re-adopts them" in said
+        os.kill(job_pid, 0)  # it does keep running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_pid:
+            with contextlib.suppress(OSError):
+                os.killpg(job_pid, signal.SIGKILL)
