@@ -13,6 +13,9 @@
   nothing says so and exits 1; the README's token command leaves the token file 0600; a
   duplicate node's refusal is printed as a sentence, not raw JSON; ``gpupool up`` says on
   SIGTERM that it stopped and that its running job keeps running (and it does);
+  ``gpupool.allocate()`` on a pool with other nodes gets its slice on this machine's node;
+  ``--nodelist``/``--exclude`` place a job where they say; a drained node's job says
+  ``ReqNodeNotAvail``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+import gpupool
 from gpupool.client import Client
 from tests.e2e.pool import PY, REPO, Pool, free_port, wait_for
 from tests.readiness import answers_ready, wait_ready
@@ -359,3 +364,50 @@ def test_up_says_on_sigterm_that_it_stopped_and_its_job_keeps_running(tmp_path: 
         if job_pid:
             with contextlib.suppress(OSError):
                 os.killpg(job_pid, signal.SIGKILL)
+
+
+def _host_label() -> str:
+    return socket.gethostname().split(".")[0].lower().replace("_", "-")
+
+
+def test_allocate_on_a_pool_of_several_nodes_gets_this_machines_gpus(tmp_path: Path) -> None:
+    pool = Pool(tmp_path)
+    here = _host_label()
+    try:
+        pool.start_server()
+        for name in ("far-a", "far-b"):  # eight GPUs elsewhere, two here
+            pool.start_agent(name, "4xA100-80GB")
+        pool.start_agent(here, "2xA100-80GB")
+        mine = {d["uuid"] for d in pool.get("/v1/devices") if d["node"] == here}
+        token = (pool.home / "admin-token").read_text().strip()
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        with Client(pool.url, token) as gp:
+            for _ in range(3):  # each time on this machine, wherever the pool has room
+                with gpupool.allocate(gpus=1, client=gp, hold="10m") as held:
+                    assert held.status().nodes == [here]
+                    visible = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+                    assert set(visible) <= mine
+            assert os.environ.get("CUDA_VISIBLE_DEVICES") == before
+            # -w / -x on the CLI: where they say.
+            far = cli(pool, "submit", "-w", "far-b", "-g", "0.1", "--parsable", "--", "sleep", "60")
+            assert far.returncode == 0, far.stderr
+            assert pool.wait_state(far.stdout.strip(), "RUNNING", timeout=120)["nodes"] == ["far-b"]
+            away = cli(pool, "submit", "-x", f"far-a,far-b,{here}", "-g", "0.1", "--", "true")
+            assert away.returncode != 0  # every node excluded
+            assert cli(pool, "cancel", far.stdout.strip()).returncode == 0
+            nowhere = cli(pool, "submit", "-w", "nosuch", "-g", "0.1", "--", "true")
+            assert nowhere.returncode != 0
+            assert "no node of pool default is left by --nodelist/--exclude" in nowhere.stderr
+            # A node drained: a job only it could hold says so.
+            assert cli(pool, "drain", "far-a").returncode == 0
+            stuck = cli(pool, "submit", "-w", "far-a", "-g", "1", "--parsable", "--", "true")
+            assert stuck.returncode == 0, stuck.stderr
+            reason = wait_for(
+                lambda: gp.get(stuck.stdout.strip()).pending_reason, 60, "a pending reason"
+            )
+            assert reason.startswith("ReqNodeNotAvail: ")
+            assert "far-a (dra" in reason
+            assert "gpupool resume NODE" in reason
+            assert cli(pool, "cancel", stuck.stdout.strip()).returncode == 0
+    finally:
+        pool.close()

@@ -65,6 +65,8 @@ def job_view(
         array_id=job.array.array_id if job.array else None,
         array_index=job.array.index if job.array else None,
         dependency=spec.dependency.text() if spec.dependency is not None else None,
+        nodelist=list(spec.nodelist),
+        exclude=list(spec.exclude),
         pending_reason=detail.pending_reason if detail else None,
         estimated_start=detail.estimated_start if detail else None,
         nodes=list(detail.nodes) if detail else [],

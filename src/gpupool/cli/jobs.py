@@ -137,6 +137,8 @@ def build_submission(
     file: Path | None,
     export: str | None = None,
     dependency: str | None = None,
+    nodelist: str | None = None,
+    exclude: str | None = None,
 ) -> dict[str, Any]:
     """The job-file mapping for ``submit``'s options (validated; raises SpecError).
 
@@ -173,6 +175,8 @@ def build_submission(
         "checkpoint.grace": grace,
         "isolation": isolation,
         "dependency": dependency,
+        "nodelist": nodelist,
+        "exclude": exclude,
     }
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
@@ -286,6 +290,12 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     begin: Annotated[
         str | None,
         typer.Option("--begin", help="not before: now+90, now+2hours, 16:00, 2026-12-24T08:00"),
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("-w", "--nodelist", help="only on these nodes: n1,n2")
+    ] = None,
+    exclude: Annotated[
+        str | None, typer.Option("-x", "--exclude", help="never on these nodes: n3,n4")
     ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,

@@ -94,6 +94,9 @@ OPTION_PATHS: dict[str, str] = {
     "isolation": "isolation",
     # sbatch --dependency: "afterok:ID[:ID]", "singleton", ... (gpupool.domain.dependency)
     "dependency": "dependency",
+    # sbatch --nodelist / --exclude: node names, a list or "n1,n2"
+    "nodelist": "nodelist",
+    "exclude": "exclude",
 }
 
 

@@ -160,6 +160,10 @@ class JobSpec:
     isolation: IsolationMode = IsolationMode.AUTO
     # When it may start, in terms of other jobs (sbatch --dependency; gpupool.domain.dependency).
     dependency: Dependency | None = None
+    # Where it may run (sbatch --nodelist / --exclude): only these nodes (empty: any), and
+    # never these. Node names as the agents registered them.
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

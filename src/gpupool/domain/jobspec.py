@@ -102,6 +102,9 @@ KNOWN_KEYS: tuple[str, ...] = (
     "isolation",
     # sbatch --dependency (gpupool.domain.dependency)
     "dependency",
+    # sbatch --nodelist / --exclude
+    "nodelist",
+    "exclude",
 )
 _MAPPINGS = {"resources", "checkpoint", "env"}
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
@@ -218,6 +221,25 @@ def _as_types(raw: object) -> tuple[str, ...]:
     for item in out:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$", item):
             raise InvalidValue(f"GPU type {item!r} is not valid: use a model name like A100")
+    return out
+
+
+_NODE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _as_nodes(raw: object, key: str) -> tuple[str, ...]:
+    """``n1,n2`` or ``[n1, n2]`` -> node names (lowercase DNS labels, as agents register)."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise InvalidValue(f"{key} must be node names like n1,n2 or a list [n1, n2]")
+    out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+    for item in out:
+        if not _NODE_RE.match(item):
+            raise InvalidValue(
+                f"{key}: {item!r} is not a node name: use the names gpupool nodes lists"
+            )
+    if len(out) > 1000:
+        raise InvalidValue(f"{key} names {len(out)} nodes: at most 1000")
     return out
 
 
@@ -383,6 +405,11 @@ def build_spec(
         else None
     )
 
+    nodelist = c.parse("nodelist", data.get("nodelist") or (), lambda v: _as_nodes(v, "nodelist"))
+    exclude = c.parse("exclude", data.get("exclude") or (), lambda v: _as_nodes(v, "exclude"))
+    if nodelist and exclude and set(nodelist) <= set(exclude):
+        c.add("exclude", "excludes every node of nodelist: the job could run nowhere")
+
     if c.problems or res is None:
         raise SpecError(c.problems or [Problem("resources", "invalid", None, source)])
     return JobSpec(
@@ -405,6 +432,8 @@ def build_spec(
         grace_period_s=grace,
         isolation=isolation,
         dependency=dependency,
+        nodelist=tuple(nodelist or ()),
+        exclude=tuple(exclude or ()),
     )
 
 

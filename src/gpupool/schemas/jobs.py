@@ -146,6 +146,9 @@ class JobView(WireModel):
     priority_factors: list[FactorView] | None = None
     # issue 27: what it waits for (sbatch --dependency), as submitted
     dependency: str | None = None
+    # issue 27: where it may run (sbatch --nodelist / --exclude); empty: anywhere
+    nodelist: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
 
 
 class SubmitJobResponse(WireModel):

@@ -62,6 +62,8 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         "grace_period_s": spec.grace_period_s,
         "isolation": spec.isolation.value,
         **({"dependency": spec.dependency.text()} if spec.dependency is not None else {}),
+        **({"nodelist": list(spec.nodelist)} if spec.nodelist else {}),
+        **({"exclude": list(spec.exclude)} if spec.exclude else {}),
     }
 
 
@@ -94,6 +96,8 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         grace_period_s=data["grace_period_s"],
         isolation=IsolationMode(data["isolation"]),
         dependency=parse_dependency(data["dependency"]) if data.get("dependency") else None,
+        nodelist=tuple(data.get("nodelist", ())),
+        exclude=tuple(data.get("exclude", ())),
     )
 
 

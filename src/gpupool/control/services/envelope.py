@@ -79,13 +79,13 @@ class PoolEnvelope:
     nodes: tuple[NodeRoom, ...]  # nodes with a device in the pool
     cpu_only: tuple[NodeRoom, ...] = ()  # GPU-less nodes (default pool only)
     # (request, replicas) -> refusal: the tasks of an array share one answer.
-    _memo: dict[tuple[ResourceRequest, int], str | None] = field(
+    _memo: dict[tuple[ResourceRequest, int, tuple[str, ...], tuple[str, ...]], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     def refusal(self, spec: JobSpec) -> str | None:
         """Why no node of the pool could ever hold ``spec``; ``None`` when one could."""
-        key = (spec.resources, spec.replicas)
+        key = (spec.resources, spec.replicas, spec.nodelist, spec.exclude)
         if key not in self._memo:
             self._memo[key] = self._refusal(spec)
         return self._memo[key]
@@ -96,6 +96,17 @@ class PoolEnvelope:
         nodes = self.nodes if count else self.nodes + self.cpu_only
         if not nodes:
             return None
+        if spec.nodelist or spec.exclude:  # sbatch --nodelist / --exclude
+            only, never = set(spec.nodelist), set(spec.exclude)
+            chosen = tuple(n for n in nodes if (not only or n.name in only) and n.name not in never)
+            if not chosen:
+                return (
+                    f"no node of pool {self.pool} is left by --nodelist/--exclude (the pool's "
+                    f"nodes: {', '.join(n.name for n in nodes)}): name nodes gpupool nodes "
+                    'lists, or submit it with --queue-anyway (API: "queue_anyway": true) to '
+                    "queue it for nodes yet to join"
+                )
+            nodes = chosen
         where = f"pool {self.pool}"
         if count:
             models = sorted({m for n in nodes for m, _, _ in n.devices})
