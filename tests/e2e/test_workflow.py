@@ -15,7 +15,8 @@
   SIGTERM that it stopped and that its running job keeps running (and it does);
   ``gpupool.allocate()`` on a pool with other nodes gets its slice on this machine's node;
   ``--nodelist``/``--exclude`` place a job where they say; a drained node's job says
-  ``ReqNodeNotAvail``.
+  ``ReqNodeNotAvail``; one card promised 150 % of its memory shows in
+  ``gpupool_gpu_mem_share_ratio`` (the shipped alert's metric).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 import gpupool
@@ -409,5 +412,37 @@ def test_allocate_on_a_pool_of_several_nodes_gets_this_machines_gpus(tmp_path: P
             assert "far-a (dra" in reason
             assert "gpupool resume NODE" in reason
             assert cli(pool, "cancel", stuck.stdout.strip()).returncode == 0
+    finally:
+        pool.close()
+
+
+def test_one_card_oversubscribed_shows_in_the_per_gpu_share_the_alert_reads(
+    tmp_path: Path,
+) -> None:
+    pool = Pool(tmp_path)
+    try:
+        pool.start_server()
+        pool.start_agent("n1", "1xA100-80GB")
+        done = cli(pool, "pools", "set", "default", "--overcommit", "2")
+        assert done.returncode == 0, done.stderr
+        with _client(pool) as gp:
+            ids = [
+                gp.submit(name=f"half{i}", command=["sleep", "60"], gpus=0.5, gpu_memory="60GiB").id
+                for i in range(2)
+            ]
+            for job_id in ids:
+                pool.wait_state(job_id, "RUNNING", timeout=120)
+            cards = {sl.device_uuid for job_id in ids for sl in gp.get(job_id).slices}
+        text = httpx.get(f"{pool.url}/metrics").text
+        share = re.compile(
+            r'^gpupool_gpu_mem_share_ratio\{[^}]*device="([^"]+)"[^}]*\} (\S+)$', re.M
+        )
+        shares = {m.group(1): float(m.group(2)) for m in share.finditer(text)}
+        rule = (REPO / "deploy" / "prometheus" / "gpupool-alerts.yml").read_text()
+        assert "max by (pool, node, device) (gpupool_gpu_mem_share_ratio) > 1.5" in rule
+        (card,) = cards  # both on the one card: 120 GiB promised of its 80
+        assert shares == {card: 1.5}
+        for job_id in ids:
+            assert cli(pool, "cancel", job_id).returncode == 0
     finally:
         pool.close()
