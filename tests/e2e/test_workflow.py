@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import signal
@@ -267,6 +268,9 @@ def test_the_array_id_submit_prints_works_in_show_and_logs(wpool: Pool) -> None:
     assert [x for x in every.stdout.splitlines() if x.startswith("task")] == [
         "task 0", "task 1", "task 2"
     ]  # fmt: skip
+    listed = cli(wpool, "history", "-j", f"{array_id}_0,{array_id}_2", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(j["name"] for j in json.loads(listed.stdout)) == ["tasks[0]", "tasks[2]"]
     missing = cli(wpool, "logs", f"{array_id}_7")
     assert missing.returncode == 3
     assert f"job array {array_id} has no task 7 (its tasks: 0, 1, 2)" in missing.stderr

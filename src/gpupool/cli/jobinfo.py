@@ -30,6 +30,7 @@ from gpupool.cli.session import (
 )
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.logs import LogPiece
+from gpupool.client.sdk import Client
 from gpupool.domain.clock import SystemClock
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.jobs import JobView
@@ -179,6 +180,12 @@ def history(  # noqa: PLR0917 - typer options
         list[str] | None, typer.Option("-s", "--state", help="only these states (repeat)")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="at most this many jobs")] = 1000,
+    jobs_wanted: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-j", "--jobs", help="only these jobs (ids, array ids, ID_INDEX; repeat or a,b)"
+        ),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -190,18 +197,47 @@ def history(  # noqa: PLR0917 - typer options
       gpupool history
 
       gpupool history -S 7d -A vision -s FAILED -s TIMEOUT
+
+      gpupool history -j 3f2a9c1d0b7e,5d4c3b2a1f0e     # these jobs (an array id: its tasks)
+
+    With -j the time window does not apply (as with sacct -j); the other filters do.
     """
     with handle_errors():
         window = parse_duration(since, field="--since")
     with session(server, token) as gp:
         now = SystemClock().now()
-        jobs = gp.list(state=states, user=user, tenant=account, pool=pool, limit=limit)
-        jobs = [j for j in jobs if j.submit_time >= now - window]
+        if jobs_wanted:
+            jobs = _named_jobs(gp, jobs_wanted)
+            wanted = {s.upper() for s in states or ()}
+            jobs = [
+                j
+                for j in jobs
+                if (not wanted or j.state in wanted or j.state_code in wanted)
+                and (user is None or j.user == user)
+                and (account is None or j.tenant == account)
+                and (pool is None or j.pool == pool)
+            ][:limit]
+        else:
+            jobs = gp.list(state=states, user=user, tenant=account, pool=pool, limit=limit)
+            jobs = [j for j in jobs if j.submit_time >= now - window]
         jobs.sort(key=lambda j: (j.submit_time, j.id))
         if json_out:
             print_json(jobs)
             return
         emit(render.history_table(jobs, now))
+
+
+def _named_jobs(gp: Client, refs: list[str]) -> list[JobView]:
+    """The jobs ``refs`` name (each a job id, an array id or ``ARRAY_INDEX``; comma lists too),
+    each once."""
+    found: dict[str, JobView] = {}
+    for ref in (r.strip() for item in refs for r in item.split(",")):
+        if not ref:
+            continue
+        got = resolve(gp, ref)
+        for job in got if isinstance(got, list) else [got]:
+            found[job.id] = job
+    return list(found.values())
 
 
 def install(app: typer.Typer) -> None:
