@@ -217,6 +217,10 @@ def test_cancel_hold_and_release_by_filter(wpool: Pool) -> None:
         assert [gp.get(j.id).state for j in sweep].count("CANCELLED") == 19
         assert gp.get(keep.id).state == "PENDING"
         assert cli(wpool, "cancel", later.id).returncode == 0
+        # One task by ARRAY_INDEX (scancel 123_4): the one job.
+        one = cli(wpool, "cancel", f"{array_id}_5")
+        assert one.returncode == 6  # already cancelled above: said, exit 6
+        assert f"job {sweep[5].id} is CANCELLED: already ended" in one.stderr
         # Named again by the array's id: all ended, exit 6 with each one said.
         again = cli(wpool, "cancel", array_id)
         assert again.returncode == 6

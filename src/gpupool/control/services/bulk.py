@@ -1,8 +1,9 @@
 """Cancel, hold or release many jobs in one request (``scancel -u alice -t PENDING``).
 
-A **selection** names jobs by id (a job id, or a job array's id for all its tasks) and/or by
-filter: user, name, states, array, tenant, pool. It must name something: an empty selection
-is refused, so a typo never cancels a whole queue. Without ``states``, each action takes the
+A **selection** names jobs by id (a job id, a job array's id for all its tasks, or
+``ARRAY_INDEX`` for one task, Slurm's ``123_4``) and/or by filter: user, name, states, array,
+tenant, pool. It must name something: an empty selection is refused, so a typo never cancels a
+whole queue. Without ``states``, each action takes the
 jobs it can change: ``cancel`` the unfinished ones, ``hold`` the pending ones not held,
 ``release`` the held ones.
 
@@ -24,6 +25,7 @@ The answer lists the jobs changed with their new state, the ids named that match
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,13 +119,30 @@ def _array_id() -> Any:
     return JobModel.spec["array"]["array_id"].as_string()
 
 
+_TASK_RE = re.compile(r"^([0-9A-Za-z-]+)_(\d{1,9})$")
+
+
+def _named(ids: tuple[str, ...]) -> ColumnElement[bool]:
+    """Jobs named by id: job ids, array ids (every task) and ``ARRAY_INDEX`` (one task)."""
+    plain = [i for i in ids if not _TASK_RE.match(i)]
+    clauses: list[ColumnElement[bool]] = []
+    if plain:
+        clauses += [JobModel.id.in_(plain), _array_id().in_(plain)]
+    for ref in ids:
+        task = _TASK_RE.match(ref)
+        if task is not None:
+            index = JobModel.spec["array"]["index"].as_integer()
+            clauses.append(and_(_array_id() == task.group(1), index == int(task.group(2))))
+    return or_(*clauses)
+
+
 def _matches(sel: Selection, principal: Principal) -> ColumnElement[bool]:
     """The selection as a WHERE clause, within what ``principal`` may see."""
     where: list[ColumnElement[bool]] = []
     if not principal.cluster_wide:
         where.append(JobModel.tenant == principal.tenant)
     if sel.ids:
-        where.append(or_(JobModel.id.in_(sel.ids), _array_id().in_(sel.ids)))
+        where.append(_named(sel.ids))
     if sel.user is not None:
         where.append(JobModel.user == sel.user)
     if sel.name is not None:
@@ -282,14 +301,15 @@ class BulkService:
             return [], []
         seen: set[str] = set()
         skipped: list[JobMark] = []
-        for job_id, name, state, held, array in s.execute(
-            select(JobModel.id, JobModel.name, JobModel.state, JobModel.held, _array_id()).where(
-                matches
-            )
+        index = JobModel.spec["array"]["index"].as_integer()
+        for job_id, name, state, held, array, task in s.execute(
+            select(
+                JobModel.id, JobModel.name, JobModel.state, JobModel.held, _array_id(), index
+            ).where(matches)
         ):
             seen.add(job_id)
             if array is not None:
-                seen.add(array)
+                seen |= {array, f"{array}_{task}"}
             if job_id not in changed:
                 skipped.append(JobMark(job_id, name, state, held))
         return [i for i in sel.ids if i not in seen], sorted(skipped)
