@@ -16,7 +16,8 @@
   ``gpupool.allocate()`` on a pool with other nodes gets its slice on this machine's node;
   ``--nodelist``/``--exclude`` place a job where they say; a drained node's job says
   ``ReqNodeNotAvail``; one card promised 150 % of its memory shows in
-  ``gpupool_gpu_mem_share_ratio`` (the shipped alert's metric).
+  ``gpupool_gpu_mem_share_ratio`` (the shipped alert's metric); an array throttle ``%N`` runs
+  at most N tasks at once, the others waiting with ``JobArrayTaskLimit``.
 """
 
 from __future__ import annotations
@@ -454,3 +455,31 @@ def test_one_card_oversubscribed_shows_in_the_per_gpu_share_the_alert_reads(
             assert cli(pool, "cancel", job_id).returncode == 0
     finally:
         pool.close()
+
+
+def test_an_array_throttle_runs_at_most_n_tasks_at_once(wpool: Pool) -> None:
+    spans = wpool.out / "throttle"
+    spans.mkdir()
+    said = cli(wpool, "submit", "-J", "thr", "-a", "0-5%2", "-g", "0.1", "--parsable", "--wrap",
+               f"date +%s.%N > {spans}/$GPUPOOL_ARRAY_TASK_ID.start; sleep 2; "
+               f"date +%s.%N > {spans}/$GPUPOOL_ARRAY_TASK_ID.end")  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    ids = said.stdout.split()
+    assert len(ids) == 6
+    reason = wait_for(
+        lambda: next(
+            (r for i in ids if (r := wpool.job(i).get("pending_reason") or "").startswith("JobA")),
+            None,
+        ),
+        60,
+        "a JobArrayTaskLimit reason",
+    )
+    assert "at most 2 tasks of array" in reason
+    for job_id in ids:
+        assert wpool.wait_state(job_id, "COMPLETED", timeout=300)["exit_code"] == 0
+    times = [
+        (float((spans / f"{i}.start").read_text()), float((spans / f"{i}.end").read_text()))
+        for i in range(6)
+    ]
+    overlap = max(sum(1 for s, e in times if s <= t < e) for t, _ in times)
+    assert overlap <= 2

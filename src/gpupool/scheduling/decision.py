@@ -52,6 +52,7 @@ class PendingReason(enum.Enum):
     # other jobs is not in its snapshot): see control/machinery/dependencies.py.
     DEPENDENCY = "Dependency"  # its dependency on other jobs is not met yet
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # it never can be: the job ends
+    ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # its array's throttle (--array ...%N) is reached
 
 
 class PreemptionReason(enum.Enum):

@@ -12,6 +12,10 @@ The rules are :mod:`gpupool.domain.dependency`'s; this module reads what they ne
   ``CANCELLED`` with the reason ``DependencyNeverSatisfied: ...``; since that end is itself a
   failure, the jobs that depend on it are judged again in the same pass (a worklist over the
   reverse edges), so a whole ``afterok`` chain behind a failed link ends in one cycle.
+- **Array throttles** (``sbatch --array 0-99%4``, in the same check): of an array's pending
+  tasks, only as many as its throttle leaves room for beside its running ones (lowest index
+  first) go to the scheduler; the others are held back with ``JobArrayTaskLimit: ...``. Their
+  running tasks are counted in one query per cycle.
 - **In the commit** (:func:`write_dependencies`, the loop's commit transaction): the reasons
   that changed are written and the never-satisfied jobs cancelled, each only if still pending at
   the version the snapshot read (a job released, edited or cancelled meanwhile is left alone).
@@ -22,8 +26,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.control.machinery.jobstate import move
@@ -43,6 +48,7 @@ from gpupool.store.models import JobModel
 #: The pending reasons this module writes (Slurm's names).
 DEPENDENCY = PendingReason.DEPENDENCY.value
 NEVER_SATISFIED = PendingReason.DEPENDENCY_NEVER_SATISFIED.value
+ARRAY_TASK_LIMIT = PendingReason.ARRAY_TASK_LIMIT.value
 
 
 def _array_of(spec: object) -> tuple[str | None, int | None]:
@@ -135,12 +141,58 @@ def _singleton_blockers(s: Session, jobs: Sequence[Job]) -> dict[str, str]:
     return out
 
 
+def _throttle(s: Session, pending: Sequence[Job], check: DependencyCheck) -> None:
+    """Hold back the tasks of throttled arrays past their limit (see the module docstring)."""
+    waiting: dict[str, list[Job]] = defaultdict(list)
+    limits: dict[str, int] = {}
+    for job in pending:
+        task = job.array
+        if task is None or task.throttle is None or job.held or job.id in check.waiting:
+            continue
+        waiting[task.array_id].append(job)
+        limits[task.array_id] = task.throttle
+    if not waiting:
+        return
+    array_id = _array_id_column()
+    live = [st.value for st in (JobState.CONFIGURING, JobState.RUNNING, JobState.COMPLETING)]
+    running: dict[str, int] = {
+        str(a): int(n)
+        for a, n in s.execute(
+            select(array_id, func.count())
+            .where(array_id.in_(list(waiting)), JobModel.state.in_(live))
+            .group_by(array_id)
+        )
+    }
+    for array, jobs in waiting.items():
+        now_running = running.get(array, 0)
+        room = max(0, limits[array] - now_running)
+        jobs.sort(key=lambda j: (j.array.index if j.array else 0, j.id))
+        for job in jobs[room:]:
+            check.waiting[job.id] = (
+                job.version,
+                f"{ARRAY_TASK_LIMIT}: at most {limits[array]} tasks of array {array} run at "
+                f"once (--array ...%{limits[array]}); {now_running} running",
+            )
+
+
+def _array_id_column() -> Any:
+    return JobModel.spec["array"]["array_id"].as_string()
+
+
 def check_dependencies(s: Session, pending: Sequence[Job]) -> DependencyCheck:
-    """Judge every pending job with a dependency (see the module docstring)."""
+    """Judge every pending job with a dependency, and the tasks of throttled arrays (see the
+    module docstring)."""
     check = DependencyCheck()
+    _check_links(s, pending, check)
+    _throttle(s, pending, check)
+    return check
+
+
+def _check_links(s: Session, pending: Sequence[Job], check: DependencyCheck) -> None:
+    """The dependency part of :func:`check_dependencies`."""
     dependent = [j for j in pending if j.spec.dependency is not None and not j.held]
     if not dependent:
-        return check
+        return
     targets = _targets(s, (i for j in dependent for i in _deps(j).targets))
     singles = _singleton_blockers(
         s, [j for j in dependent if any(t.kind is DependencyKind.SINGLETON for t in _deps(j).terms)]
@@ -180,7 +232,6 @@ def check_dependencies(s: Session, pending: Sequence[Job]) -> DependencyCheck:
                 work.extend(dependents.get(parent, ()))
         elif verdict.standing is Standing.WAITING:
             check.waiting[job_id] = (job.version, f"{DEPENDENCY}: {verdict.message}")
-    return check
 
 
 def _deps(job: Job) -> Dependency:

@@ -18,7 +18,7 @@ from gpupool.control.errors import Invalid
 from gpupool.control.services.auth import Actor
 from gpupool.control.services.jobs import JobService, new_job_id
 from gpupool.control.services.uploads import UploadService
-from gpupool.domain.arrays import array_tasks, parse_array, task_name
+from gpupool.domain.arrays import array_tasks, array_throttle, parse_array, task_name
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import Job
 
@@ -39,6 +39,7 @@ def submit_array(
     created now (``False``: a retry with the same key returned the first submit's tasks)."""
     try:
         indices = parse_array(array)
+        throttle = array_throttle(array)
     except InvalidValue as exc:
         raise Invalid(exc.message) from None
     if idempotency_key is not None and len(idempotency_key) > 190:
@@ -62,7 +63,7 @@ def submit_array(
             workdir_upload=workdir_upload,
             array=task,
         )
-        for task in array_tasks(new_job_id(), indices)
+        for task in array_tasks(new_job_id(), indices, throttle)
     ]
     made: list[Job] = []
     created = False
