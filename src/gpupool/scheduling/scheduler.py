@@ -71,11 +71,11 @@ from gpupool.scheduling.preemption import (
     preemptible_jobs,
     victim_reason,
 )
+from gpupool.scheduling.release import Release
 from gpupool.scheduling.reservation import (
     Blocked,
     Gate,
     PoolBackfill,
-    Release,
     Timeline,
     fits_check,
     intersect,
