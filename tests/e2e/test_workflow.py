@@ -2,6 +2,8 @@
 
 - a job its team's quota can never admit is refused at submit with the limit and what to
   change, and queued with ``--queue-anyway`` it says so as its pending reason;
+- a team's guaranteed share held by another team's borrowed job, still exempt from reclaim,
+  says which job, why and when it reclaims it;
 - ``--dependency``: a 50-job ``afterok`` chain runs in order, one link after the other, and a
   failed link ends the rest with ``DependencyNeverSatisfied`` (none of them runs); a job waiting
   on another says ``Dependency`` in ``queue``; ``--begin`` says ``BeginTime``;
@@ -483,3 +485,35 @@ def test_an_array_throttle_runs_at_most_n_tasks_at_once(wpool: Pool) -> None:
     ]
     overlap = max(sum(1 for s, e in times if s <= t < e) for t, _ in times)
     assert overlap <= 2
+
+
+def test_a_guarantee_held_by_an_exempt_borrower_says_when_it_reclaims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUPOOL_TEST_PREEMPT_EXEMPT_S", "300")  # the server's default
+    pool = Pool(tmp_path)
+    try:
+        pool.start_server()
+        pool.start_agent("n1", "1xA100-80GB")
+        for team, quota in (("course", ["--guaranteed", "1"]), ("research", ["--limit", "1"])):
+            assert cli(pool, "tenants", "set", team).returncode == 0
+            assert cli(pool, "quota", "set", team, "default", *quota).returncode == 0
+        borrowed = cli(pool, "submit", "-A", "research", "-g", "1", "--preemptible",
+                       "--parsable", "--", "sleep", "600")  # fmt: skip
+        assert borrowed.returncode == 0, borrowed.stderr
+        pool.wait_state(borrowed.stdout.strip(), "RUNNING", timeout=120)
+        lesson = cli(pool, "submit", "-A", "course", "-g", "1", "--parsable", "--", "true")
+        assert lesson.returncode == 0, lesson.stderr
+        job_id = lesson.stdout.strip()
+        reason = wait_for(lambda: pool.job(job_id).get("pending_reason"), 60, "a reason")
+        assert f"borrowed job(s) {borrowed.stdout.strip()} of research" in reason
+        assert "exempt from reclaim for their first 300 s: it reclaims them in" in reason
+        start = pool.job(borrowed.stdout.strip())["start_time"]
+        assert pool.job(job_id)["estimated_start"] == pytest.approx(start + 300, abs=1)
+        shown = cli(pool, "show", job_id)
+        assert "Est. start" in shown.stdout
+        assert "unknown" not in shown.stdout.split("Est. start")[1].splitlines()[0]
+        for done in (job_id, borrowed.stdout.strip()):
+            cli(pool, "cancel", done)
+    finally:
+        pool.close()
