@@ -101,6 +101,15 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
     )
 
 
+def _array_json(task: ArrayTask) -> dict[str, Any]:
+    """A task as stored beside the spec; ``throttle`` only when the array has one (``%N``), so
+    an array without stores what it always did."""
+    out = asdict(task)
+    if out.get("throttle") is None:
+        out.pop("throttle", None)
+    return out
+
+
 def job_from_row(row: JobModel) -> Job:
     return Job(
         id=row.id,
@@ -135,7 +144,7 @@ def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any
         "id": job.id,
         "idempotency_key": idempotency_key,
         "name": job.spec.name,
-        "spec": spec_to_json(job.spec) | ({"array": asdict(job.array)} if job.array else {}),
+        "spec": spec_to_json(job.spec) | ({"array": _array_json(job.array)} if job.array else {}),
         "tenant": job.tenant,
         "user": job.user,
         "pool": job.spec.pool,

@@ -246,17 +246,18 @@ def write_dependencies(
     its never-satisfied jobs, each only if still pending at the version read; the ids
     cancelled."""
     cancelled: list[str] = []
-    ids = list(check.waiting.keys() | check.never.keys())
+    # Only rows whose reason changes are read: a long chain waits cycle after cycle unchanged.
+    changed = {i: v for i, v in check.waiting.items() if stored.get(i) != v[1]}
+    ids = list(changed.keys() | check.never.keys())
     if not ids:
         return cancelled
     rows = {r.id: r for r in s.scalars(select(JobModel).where(JobModel.id.in_(ids)))}
-    for job_id, (version, text) in check.waiting.items():
+    for job_id, (version, text) in changed.items():
         row = rows.get(job_id)
         if row is None or row.version != version or row.state != JobState.PENDING.value:
             continue
-        if stored.get(job_id) != text:
-            row.pending_reason = text
-            row.estimated_start = None
+        row.pending_reason = text
+        row.estimated_start = None
     for job_id, (version, text) in check.never.items():
         row = rows.get(job_id)
         if row is None or row.version != version or row.state != JobState.PENDING.value:

@@ -147,6 +147,8 @@ class SchedulingLoop:
         """Write what :func:`check_dependencies` decided (control/machinery/dependencies.py):
         the reasons of jobs held back, the end of those whose dependency is never met."""
         stored = {i: reads[i].pending_reason for i in deps.waiting if i in reads}
+        if not deps.never and all(stored.get(i) == v[1] for i, v in deps.waiting.items()):
+            return  # nothing changed since the last cycle: no transaction
         with self.cp.tx() as s:
             check_epoch(s, self.cp.epoch)
             ended = write_dependencies(s, deps, stored, now)
