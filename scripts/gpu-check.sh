@@ -10,7 +10,12 @@
 #   3. the shim engineer's scorecard, scripts/shim-scorecard.sh, when it exists (see HOOK):
 #      memory-limit accuracy, the context reserve measured on this card and a slice reaching
 #      limit - reserve, graph memory capped, mps+shim (where MPS is installed), PyTorch, JAX
-#      and CuPy at the slice, compute caps, sharing, noisy neighbour, overhead, graphs paced.
+#      and CuPy at the slice, compute caps, sharing, noisy neighbour, overhead, graphs paced;
+#      and issue 25's rows: cuGetProcAddress pointer identity for every hook, the real
+#      libcuda.so.1's names against the façade's, NVML per-process memory against the charged
+#      bytes, capture under a cap, PyTorch expandable segments and cudaMallocAsync at the slice,
+#      PyTorch's usable memory under mps+shim, small-kernel overhead capped and uncapped, 10:90
+#      absolute throughputs, a replica with three streams.
 #
 #   scripts/gpu-check.sh            # uses .venv/bin/python if present, else python3
 #   PYTHON=/opt/venv/bin/python scripts/gpu-check.sh

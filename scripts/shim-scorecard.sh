@@ -16,6 +16,13 @@
 #   memory capped (a mem-alloc node over the slice refused, a graph's reserve counted until
 #   cuDeviceGraphMemTrim); mps+shim (when nvidia-cuda-mps-control is installed: a private MPS
 #   daemon, the shim's memory limit under it, its pacing off).
+# Issue 25's rows: cuGetProcAddress pointer identity for every hook (at the driver's own CUDA
+#   version, default and per-thread flags); the real libcuda.so.1's exported names against the
+#   façade's; NVML's per-process memory against the region's charged bytes; stream capture
+#   under a cap (torch.cuda.graph at 30 %); PyTorch with expandable segments and with the
+#   cudaMallocAsync backend stopping at the slice; PyTorch's usable memory under mps+shim (its
+#   framework fraction x the total it sees); small-kernel launch overhead capped and uncapped;
+#   10:90 absolute throughputs; a replica with three streams paced at 30 %.
 # Prints a table (markdown, for docs/benchmarks.md) and the driver version; writes
 # $OUT/shim-scorecard.json when OUT is set. Exit code: 0 when every row that ran met its target,
 # 1 when one missed, 2 when there is no GPU, 3 when gpupool or the shim cannot be set up.
@@ -47,7 +54,7 @@ try:
     from gpupool.runtime.mps import MpsDaemon
     from gpupool.runtime.shim import DeviceSlice, Region, job_env, real_driver
     from gpupool.runtime.shimreserve import MeasureError, measure
-    from gpupool.shim.build import ensure_built
+    from gpupool.shim.build import CSRC, elf_dynamic_names, ensure_built
     build = ensure_built()
 except Exception as exc:  # noqa: BLE001 - report any set-up failure and stop
     print(f"cannot set up the shim: {exc}", file=sys.stderr)
@@ -163,6 +170,77 @@ elif mode == "graph-cap":  # graph memory through the driver API: refused, count
     cu.cuDeviceGraphMemTrim(dev)
     trimmed_rc = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(limit - half + (64 << 20)))
     out(big=big_rc, node=rc, launch=launch_rc, held=held_rc, trimmed=trimmed_rc)
+elif mode == "cuda-hold":  # allocate, say so, hold until stdin closes
+    cu = ctypes.CDLL("libcuda.so.1")
+    dev, ctx, p = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+    rc = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(sys.argv[2])))
+    import os
+    out(rc=rc, pid=os.getpid())
+    sys.stdin.read()
+elif mode == "gpa":  # which function cuGetProcAddress hands out for each (name, per-thread)
+    import os
+    cu = ctypes.CDLL("libcuda.so.1")
+    ver = ctypes.c_int()
+    cu.cuDriverGetVersion(ctypes.byref(ver))
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    libc = ctypes.CDLL(None)
+    got = {}
+    for name in sys.argv[2].split(","):
+        for pt in (0, 2):
+            fn, st = ctypes.c_void_p(), ctypes.c_int()
+            rc = cu.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), ver.value,
+                                        ctypes.c_uint64(pt), ctypes.byref(st))
+            info = DlInfo()
+            where = "none"
+            if rc == 0 and fn.value and libc.dladdr(ctypes.c_void_p(fn.value), ctypes.byref(info)):
+                where = f"{(info.fname or b'?').decode()}:{(info.sname or b'?').decode()}"
+            got[f"{name}/{pt}"] = where
+    out(version=ver.value, got=got)
+elif mode == "torch-usable":  # the framework fraction of the total PyTorch sees, then fill
+    import os, torch
+    frac = float(os.environ.get("GPUPOOL_MEMORY_FRACTION", "1"))
+    torch.cuda.set_per_process_memory_fraction(frac, 0)
+    free, total = torch.cuda.mem_get_info()
+    keep, oom = [], False
+    try:
+        while True:
+            keep.append(torch.empty(16 << 20, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        oom = True
+    out(total=total, fraction=frac, reached=torch.cuda.memory_allocated(), oom=oom)
+elif mode == "small":  # launches of a tiny kernel per second (launch overhead)
+    import torch
+    seconds = float(sys.argv[2])
+    x = torch.zeros(1, device="cuda")
+    for _ in range(100):
+        x.add_(1)
+    torch.cuda.synchronize()
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for _ in range(100):
+            x.add_(1)
+        n += 100
+        torch.cuda.synchronize()
+    out(rate=n / (time.monotonic() - t0))
+elif mode == "streams3":  # the matmul on three streams at once
+    import torch
+    seconds = float(sys.argv[2])
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    ss = [torch.cuda.Stream() for _ in range(3)]
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for s in ss:
+            with torch.cuda.stream(s):
+                torch.matmul(a, a)
+        n += 3
+        if n % 12 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    out(rate=n / (time.monotonic() - t0))
 elif mode in ("matmul", "graph"):
     import torch
     seconds = float(sys.argv[2])
@@ -288,6 +366,82 @@ def graph_mem_row() -> None:
 guarded("graph memory capped", "2, 0, 2, 0", graph_mem_row)
 
 
+def hook_table() -> list[tuple[str, str, int, int]]:
+    """(exported name, API name, first version, per-thread) of every hook in shim.c."""
+    hooks = []
+    for line in (CSRC / "shim.c").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("X(cu"):
+            parts = [p.strip().strip('"') for p in line[2:].split(")")[0].split(",")]
+            hooks.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
+    return hooks
+
+
+def gpa_row() -> None:
+    hooks = hook_table()
+    bases = sorted({h[1] for h in hooks})
+    r = run(["gpa", ",".join(bases)], region("gpa", LIMIT, 500))
+    ver, got = r["version"], r["got"]
+    wrong, asked = [], 0
+    for base in bases:
+        for pt in (0, 2):
+            where = got.get(f"{base}/{pt}", "none")
+            if where == "none":
+                continue  # the driver has no such function at its version
+            asked += 1
+            flavour = 1 if pt and any(h[1] == base and h[3] for h in hooks) else 0
+            known = [h for h in hooks if h[1] == base and h[3] == flavour and h[2] <= ver]
+            want = max(known, key=lambda h: h[2])[0] if known else None
+            in_facade = where.startswith(str(build.facade_dir))
+            # The hook of the variant the driver picked; a variant newer than the shim knows
+            # may go out unhooked (the driver's own pointer, logged), never another hook.
+            if want and in_facade and not where.endswith(":" + want):
+                wrong.append(f"{base}/{pt}->{where.rsplit(':', 1)[-1]}")
+    row("cuGetProcAddress pointer identity (every hook)",
+        f"{asked - len(wrong)}/{asked} as expected at CUDA {ver}",
+        "all (a newer variant may pass unhooked, logged)", not wrong, ", ".join(wrong)[:200])
+
+
+guarded("cuGetProcAddress pointer identity (every hook)", "all", gpa_row)
+
+
+def names_row() -> None:
+    real = {n for n in elf_dynamic_names(driver) if n.startswith("cu")}
+    facade = set(elf_dynamic_names(build.facade))
+    lacking = sorted(real - facade)
+    row("real libcuda.so.1 names in the façade", f"{len(real) - len(lacking)}/{len(real)}",
+        "all", not lacking, ", ".join(lacking)[:200])
+
+
+guarded("real libcuda.so.1 names in the façade", "all", names_row)
+
+
+def nvml_row() -> None:
+    reg = region("nvml", LIMIT, 1000, RESERVE)
+    p = start(["cuda-hold", str(LIMIT // 2)], reg)
+    assert p.stdout is not None
+    first = json.loads(p.stdout.readline())
+    try:
+        charged = reg.read().device(UUID).used_bytes
+        q = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True)
+        mine = [f[1] for f in (line.split(", ") for line in q.stdout.splitlines())
+                if len(f) == 2 and f[0].strip() == str(first["pid"])]
+    finally:
+        p.communicate(timeout=60)
+    if not mine or not mine[0].strip().isdigit():
+        row("NVML per-process memory vs charged", "-", "within 64 MiB", None,
+            "nvidia-smi lists no per-process memory for it (MIG, a container's PID namespace)")
+        return
+    seen = int(mine[0]) * MIB
+    gap = seen - charged
+    row("NVML per-process memory vs charged", f"NVML {seen // MIB} MiB, region {charged // MIB} MiB",
+        "within 64 MiB (the reserve is charged)", abs(gap) <= 64 * MIB)
+
+
+guarded("NVML per-process memory vs charged", "within 64 MiB", nvml_row)
+
+
 def mps_shim_row() -> None:
     daemon = MpsDaemon(WORK / "mps")
     if not daemon.available:
@@ -336,6 +490,41 @@ for fw, mod in (("PyTorch", "torch"), ("JAX", "jax"), ("CuPy", "cupy")):
 
     guarded(f"{fw} sees the slice and stops at it", "OOM within the slice", fw_row)
 
+if has("torch"):
+    for conf in ("expandable_segments:True", "backend:cudaMallocAsync"):
+        def alloc_conf_row(conf: str = conf) -> None:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+            try:
+                r = run(["torch-fill"], region("conf", LIMIT, 1000))
+            finally:
+                del os.environ["PYTORCH_CUDA_ALLOC_CONF"]
+            ok = r["oom"] and r["reached"] <= LIMIT and abs(r["total"] - LIMIT) <= 64 * MIB
+            row(f"PyTorch {conf} stops at the slice",
+                f"reached {r['reached'] // MIB} MiB, OOM {r['oom']}", "OOM within the slice", ok)
+        guarded(f"PyTorch {conf} stops at the slice", "OOM within the slice", alloc_conf_row)
+
+    def mps_usable_row() -> None:
+        daemon = MpsDaemon(WORK / "mps-usable")
+        if not daemon.available or not daemon.start():
+            row("PyTorch usable memory under mps+shim", "-", ">= 95 % of slice - reserve", None,
+                "no MPS daemon")
+            return
+        try:
+            ctx = SliceContext(devices=(SliceDevice(UUID, TOTAL_MIB),), milli=500,
+                               memory_mib=LIMIT // MIB, mps_pipe_dir=str(daemon.pipe_dir),
+                               mps_log_dir=str(daemon.log_dir), shim_reserve_bytes={UUID: RESERVE})
+            env = {**os.environ, **MODES["mps+shim"].job_env(ctx)}
+            p = subprocess.run([PYTHON, str(WORKER), "torch-usable"], env=env,
+                               capture_output=True, text=True, timeout=180)
+            r = json.loads([x for x in p.stdout.splitlines() if x.startswith("{")][-1])
+            part = r["reached"] / (LIMIT - RESERVE)
+            row("PyTorch usable memory under mps+shim",
+                f"{r['reached'] // MIB} MiB = {100 * part:.1f} % of slice - reserve "
+                f"(fraction {r['fraction']})", ">= 95 %", part >= 0.95)
+        finally:
+            daemon.stop()
+    guarded("PyTorch usable memory under mps+shim", ">= 95 %", mps_usable_row)
+
 # NVCC names the compiler; set but empty, the row is skipped.
 nvcc = os.environ.get("NVCC")
 if nvcc is None:
@@ -363,7 +552,7 @@ else:
     row("nvcc-built CUDA program stops at the slice", "-", "95-100 %", None, "no nvcc")
 
 if has("torch"):
-    runs = 16  # baseline, 5 shares, 30/70 (1 slot), noisy (2), overhead, graphs (2) ...
+    runs = 26  # baseline, 5 shares, 30/70, noisy (2), overhead, graphs (2), small (3), ...
     window = max(3.0, min(8.0, (left() - 40) / runs))
     try:
         base = run(["matmul", str(window)], None)["rate"]
@@ -405,6 +594,40 @@ if has("torch"):
             over = 1 - shim / base
             row("overhead, no cap vs no shim", f"{100 * over:.2f} %", "< 2 %", over < 0.02)
         guarded("overhead, no cap vs no shim", "< 2 %", overhead_row)
+
+        def capture_row() -> None:  # torch.cuda.graph captures while the cap paces launches
+            r = run(["graph", "1"], region("capture", 1 << 50, 300))
+            row("stream capture under a 30 % cap", f"captured and replayed ({r['rate']:.1f} it/s)",
+                "no capture error", True)
+        guarded("stream capture under a 30 % cap", "no capture error", capture_row)
+
+        def small_row() -> None:
+            alone = run(["small", str(window)], None)["rate"]
+            nocap = run(["small", str(window)], region("small-nocap", 1 << 50, 1000))["rate"]
+            capped = run(["small", str(window)], region("small-cap", 1 << 50, 999))["rate"]
+            row("small-kernel launches: no cap / 99.9 % cap vs no shim",
+                f"{100 * (1 - nocap / alone):.1f} % / {100 * (1 - capped / alone):.1f} % slower "
+                f"({alone:.0f}/s alone)", "< 2 % / < 10 %",
+                nocap / alone > 0.98 and capped / alone > 0.90)
+        guarded("small-kernel launches", "< 2 % / < 10 %", small_row)
+
+        def ten_ninety_row() -> None:
+            a = start(["matmul", str(window)], region("s10", 1 << 50, 100))
+            b = start(["matmul", str(window)], region("s90", 1 << 50, 900))
+            ra, rb = finish(a)["rate"], finish(b)["rate"]
+            row("10:90 absolute throughputs",
+                f"{ra:.1f} / {rb:.1f} it/s = {100 * ra / base:.1f} / {100 * rb / base:.1f} % of "
+                "alone", "10 / 90 +- 5 % of alone",
+                abs(ra / base - 0.1) <= 0.05 and abs(rb / base - 0.9) <= 0.05)
+        guarded("10:90 absolute throughputs", "10 / 90 +- 5", ten_ninety_row)
+
+        def streams_row() -> None:
+            alone = run(["streams3", str(window)], None)["rate"]
+            r = run(["streams3", str(window)], region("streams3", 1 << 50, 300))["rate"]
+            ratio = r / alone
+            row("a replica with three streams at 30 %", f"{100 * ratio:.1f} % of no shim",
+                "30 +- 5", abs(ratio - 0.3) <= 0.05)
+        guarded("a replica with three streams at 30 %", "30 +- 5", streams_row)
 
         def graph_row() -> None:
             gbase = run(["graph", str(window)], None)["rate"]

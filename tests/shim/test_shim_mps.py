@@ -116,3 +116,41 @@ def test_two_replicas_of_one_user_each_stop_at_their_own_memory_under_mps(
         return got if all(v == "mps+shim" for v in got.values()) else None
 
     assert wait_for(reported, "both reported as mps+shim") == dict.fromkeys(slices, "mps+shim")
+
+
+def test_under_mps_shim_a_framework_fraction_leaves_the_slice_whole(
+    agent: Agent, root: Path, natives: Natives
+) -> None:
+    """Issue 25, finding 3: the shim reports the slice as the device's total, so the framework
+    fraction (PyTorch's per-process fraction, vLLM's utilisation, JAX's preallocation) must be a
+    fraction of the slice, not of the physical GPU: fraction x reported total is what PyTorch
+    may use, and it must be the slice less the context reserve, not slice / physical of it."""
+    server = agent.transport
+    assert isinstance(server, FakeServer)
+    agent.register()
+    mib = 35_000
+    agent._shim_reserve = {GPU0: 512 * MIB}  # as measured at agent start
+    feed = "; ".join(f"echo {shlex.quote(c)}" for c in ("init", "info"))
+    script = (
+        f"{shlex.quote(PY)} -c {shlex.quote(DUMP_ENV)} {root / 'r'}.env; "
+        f"({feed}; sleep 600) | {natives.probe} > {root / 'r'}.out 2> {root / 'r'}.err"
+    )
+    a = assignment("r", root, device_uuids=[GPU0], milli_per_device=300,
+                   memory_mib_per_device=mib, isolation="auto",
+                   command=["/bin/sh", "-c", script])  # fmt: skip
+    assert agent.apply_start(a)
+    drive(agent, server, "r", ReplicaState.RUNNING)
+    out = root / "r.out"
+    answers = wait_for(
+        lambda: out.exists() and len(lines := out.read_text().splitlines()) >= 2 and lines,
+        "the probe's answers",
+    )
+    assert answers[0] == "ok", answers
+    assert answers[1].startswith("ok "), answers
+    total = int(answers[1].split()[2])  # what cuMemGetInfo reports as the device's total
+    env = json.loads((root / "r.env").read_text())
+    assert env["GPUPOOL_ISOLATION"] == "mps+shim"
+    assert total == mib * MIB
+    for name in ("GPUPOOL_MEMORY_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        usable_mib = float(env[name]) * total / MIB  # PyTorch: fraction x reported total
+        assert mib - 512 - 35 <= usable_mib <= mib - 512, (name, env[name], usable_mib)

@@ -10,6 +10,7 @@ ends; one that bypasses the shim is reported as running without it, with the rea
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import re
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.runtime.shim import Region
+from gpupool.runtime.shim import Region, limits_path
 from gpupool.shim.build import ensure_built
 from tests.e2e.pool import PY, REPO, Pool, wait_for
 from tests.shim.helpers import Natives, build_natives
@@ -399,5 +400,53 @@ def test_a_shim_job_run_as_another_account_opens_its_region_and_is_held(open_roo
         (p.out / f"{name}.go").touch()
         p.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
         wait_for(lambda: not p.regions_now(), DEADLINE_S, "the region deleted")
+    finally:
+        p.close()
+
+
+OLD_MEM_LIMIT_OFFSET = 184  # dev[0].mem_limit in the one-file region of versions 1 and 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as another account only under root")
+def test_a_job_cannot_raise_its_own_limit_by_writing_its_region(open_root):
+    """Issue 25, finding 9: the five-line poke (mmap $GPUPOOL_CUDA_REGION, write
+    dev[0].mem_limit) let a 4 GiB job allocate past its slice. Along the agent path, with the
+    job run as another account: the limits live in a part the job can only read."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("this machine has no 'nobody' account")
+    natives = build_natives(open_root / "poke-natives", ensure_built(cache=open_root / "cache"))
+    root = open_root / "poke-pool"
+    root.mkdir(mode=0o711)
+    (root / "agent-home").mkdir(mode=0o700)
+    p = RunAsShimPool(root, natives)
+    try:
+        p.start_server()
+        p.start_agent("n1", "1xA100-80GB")
+        name = "poke"
+        fifty = 50_000 * (1 << 20)
+        job_id = p.probe_job(
+            name,
+            ["init", f"alloc {4 * GIB}", f"poke {OLD_MEM_LIMIT_OFFSET} {fifty}", "alloc 1"],
+            isolation="shim",
+            resources={"gpus": "0.5", "gpu_memory": "4GiB"},
+        )
+        answers = p.answers(name, 4)
+        assert answers[:2] == [["ok"], ["ok", answers[1][1]]], answers
+        poked = answers[2]
+        assert poked[0] == "ok"
+        assert poked[2] == str(errno.EACCES), poked  # the limits part: not writable by the job
+        assert answers[3] == ["err", "2"], answers  # still held to its 4 GiB
+        (region_path,) = p.regions_now()
+        with Region.open(region_path, build=natives.shim) as region:
+            assert region.read().devices[0].mem_limit_bytes == 4 * GIB
+        limits = os.stat(limits_path(region_path))
+        assert (limits.st_uid, limits.st_mode & 0o777) == (os.geteuid(), 0o644)
+        assert os.stat(region_path).st_uid == nobody.pw_uid
+        (p.out / f"{name}.go").touch()
+        p.wait_state(job_id, "COMPLETED", timeout=DEADLINE_S)
+        wait_for(lambda: not p.regions_now(), DEADLINE_S, "the region deleted")
+        assert not list(p.regions.glob("*.limits"))
     finally:
         p.close()

@@ -61,6 +61,17 @@ def test_a_failed_measurement_uses_the_estimate_and_caches_nothing(node, tmp_pat
     assert "512 MiB is assumed" in caplog.text
 
 
+def test_the_reserve_is_the_measuring_processs_own_use_not_total_minus_free(
+    node, tmp_path, monkeypatch
+):
+    """Issue 25, finding 6: total - free counted whatever else held memory on the GPU at agent
+    start; NVML's figure for the measuring process is its context alone."""
+    monkeypatch.setenv("FAKE_CUDA_OTHER_BYTES", str(1 << 30))  # another process's 1 GiB
+    monkeypatch.setenv("GPUPOOL_REAL_LIBNVML", str(node.fake_nvml))
+    got = ShimReserves(tmp_path / "c.json", node.fake).for_devices([fake_uuid(0)])
+    assert got == {fake_uuid(0): CTX}
+
+
 def test_a_device_busy_with_other_memory_is_not_taken_for_a_context(node, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_CUDA_CTX_BYTES", str(4 << 30))  # half the fake GPU
     got = ShimReserves(tmp_path / "c.json", node.fake).for_devices([fake_uuid(0)])

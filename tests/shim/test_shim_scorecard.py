@@ -66,6 +66,11 @@ def test_the_scorecard_runs_its_memory_row_and_skips_what_is_missing(natives, tm
     assert rows["reachable = limit - reserve"]["value"].startswith("100.00 %")
     assert rows["graph memory capped"]["result"] == "ok", rows["graph memory capped"]
     assert rows["mps+shim memory per replica"]["note"] == "no nvidia-cuda-mps-control"
+    # Issue 25's rows that run without a GPU: every hook handed out as the driver's variant,
+    # the driver's names all in the façade; the NVML row skips without per-process figures.
+    assert rows["cuGetProcAddress pointer identity (every hook)"]["result"] == "ok", rows
+    assert rows["real libcuda.so.1 names in the façade"]["result"] == "ok"
+    assert rows["NVML per-process memory vs charged"]["result"] == "skipped"
 
 
 def test_the_scorecard_says_so_when_there_is_no_gpu(natives, tmp_path):

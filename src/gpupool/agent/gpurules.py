@@ -14,9 +14,12 @@ decides from each sample:
 - **the CUDA shim** (:meth:`GpuRules._read_shim_regions`): a shim replica's exact usage per
   device comes from its region (not NVML's pid mapping) for the pressure rule, dead processes
   are reaped from it, and it is reported as ``shim`` only once a process attached; one that
-  escaped (no process attached once NVML lists it, or after a bounded time) is reported as
-  running without the shim, with the reason. Its region is deleted when it ends
-  (:meth:`GpuRules._end_shim`).
+  escaped (no process attached once NVML lists it, or after a bounded time; or, for the job's
+  whole life, any GPU process NVML lists that stays unattached while others attached) is
+  reported as running without the shim, with the reason. The region's usage is cross-checked
+  with NVML's per-process memory where NVML reports it: a region that holds less than NVML
+  sees (a job can write its own usage slots) is said in the replica's reason. Its region is
+  deleted when it ends (:meth:`GpuRules._end_shim`).
 
 Words: **listed** is what NVML lists per device this sample, ``{pid: replica key or ""}``.
 """
@@ -54,6 +57,9 @@ if TYPE_CHECKING:
     from gpupool.agent.agent import AgentConfig
 
 log = logging.getLogger("gpupool.agent")
+#: How far NVML's per-process memory of a shim replica may exceed its region's (beyond one
+#: context reserve) before the agent says the region under-reports.
+UNDERREPORT_MARGIN_MIB = 256
 
 
 @dataclass
@@ -77,6 +83,8 @@ class Replica:
     shim_snapshot: RegionSnapshot | None = None  # the region's last read
     running_since: float | None = None  # monotonic, first seen running (for the shim check)
     listed_since: float | None = None  # monotonic, NVML first listed it while unattached
+    unattached_since: dict[int, float] = field(default_factory=dict)  # GPU pid -> monotonic
+    underreport_said: bool = False  # NVML's per-process memory exceeded the region's (logged)
 
 
 class GpuRules:
@@ -119,10 +127,12 @@ class GpuRules:
             for key, r in self.replicas.items()
             if r.observed is not None and r.observed.status == RUNNING
         }
+        per_process = dict(usage)  # NVML's per-process figures, before any device totals
         usage = with_device_totals(usage, telemetry, foreign, running)
         for key, r in self.replicas.items():
             if r.isolation in SHIM_MODES and r.shim_snapshot is not None:
                 usage[key] = shim_usage_mib(r.shim_snapshot)  # exact, from the region
+                self._cross_check_shim(key, r, usage[key], per_process.get(key, {}))
         watched = []
         for key, r in self.replicas.items():
             if r.observed is None or r.observed.status != RUNNING:
@@ -170,6 +180,28 @@ class GpuRules:
             self._local_stop(
                 verdict.key, "pressure", verdict.reason, a.checkpoint_signal, a.grace_period_s
             )
+
+    def _cross_check_shim(
+        self, key: str, r: Replica, region_mib: Mapping[str, int], nvml_mib: Mapping[str, int]
+    ) -> None:
+        """Say (once) when NVML's per-process memory of a shim replica exceeds what its region
+        holds by more than a context: the job may have written its own usage slots, or a
+        process of it allocates around the shim."""
+        if r.underreport_said:
+            return
+        slack = max((self._reserve.get(u, 0) for u in r.assignment.device_uuids), default=0)
+        for uuid, seen in nvml_mib.items():
+            held = region_mib.get(uuid, 0)
+            if seen <= held + slack + UNDERREPORT_MARGIN_MIB:
+                continue
+            r.underreport_said = True
+            r.isolation_reason = (
+                f"NVML lists {seen} MiB for its processes on {uuid} but its CUDA shim region "
+                f"holds {held} MiB: a process allocates around the shim or rewrote its usage"
+            )
+            self._save_assignment(key, r)
+            log.warning("%s: %s", key, r.isolation_reason)
+            return
 
     def _local_stop(self, key: str, reason: str, text: str, signal: str, grace: float) -> None:
         replica = self.replicas[key]
@@ -357,42 +389,55 @@ class GpuRules:
                 continue
             if r.running_since is None:
                 r.running_since = now
-            if r.shim_snapshot.attached:
-                if not r.shim_attached:
-                    r.shim_attached = True
-                    self._save_assignment(key, r)
-                continue
-            if r.shim_attached:
-                continue  # attached before; its processes come and go
+            if r.shim_snapshot.attached and not r.shim_attached:
+                r.shim_attached = True
+                self._save_assignment(key, r)
             on_gpu = sorted(
                 {pid for per in listed.values() for pid, owner in per.items() if owner == key}
             )
-            if on_gpu and r.listed_since is None:
-                r.listed_since = now
-            waited_listed = r.listed_since is not None and (
-                now - r.listed_since >= self.config.shim_attach_wait_s
-            )
-            waited_long = now - r.running_since >= self.config.shim_attach_deadline_s
-            if not (waited_listed or waited_long):
-                continue
-            why = (
-                f"its GPU processes {on_gpu} use the GPU"
-                if on_gpu
-                else f"it has run {self.config.shim_attach_deadline_s:.0f}s"
-            )
+            if r.shim_attached:
+                # For its whole life: a GPU process that never attaches while others did.
+                stray = self._unattached(r, on_gpu, now)
+                if not stray:
+                    continue
+                why = f"its GPU processes {stray} use the GPU"
+            else:
+                if on_gpu and r.listed_since is None:
+                    r.listed_since = now
+                waited_listed = r.listed_since is not None and (
+                    now - r.listed_since >= self.config.shim_attach_wait_s
+                )
+                waited_long = now - r.running_since >= self.config.shim_attach_deadline_s
+                if not (waited_listed or waited_long):
+                    continue
+                why = (
+                    f"its GPU processes {on_gpu} use the GPU"
+                    if on_gpu
+                    else f"it has run {self.config.shim_attach_deadline_s:.0f}s"
+                )
             # What still holds: MPS where it served it too, else the NVML watchdog.
             r.isolation = "mps" if r.isolation == "mps+shim" else "soft"
             still = (
                 "MPS's limits still hold" if r.isolation == "mps" else "watched as soft isolation"
             )
+            who = "they never attached" if r.shim_attached else "none of its processes attached"
             r.local_reason = (
-                f"running without the CUDA shim: {why} but none of its processes attached to "
+                f"running without the CUDA shim: {why} but {who} to "
                 "its slice region (a static binary, a cleared environment or a reset "
                 f"LD_LIBRARY_PATH bypasses the shim), so no shim limit holds; {still}"
             )
             r.isolation_reason = r.local_reason
             self._save_assignment(key, r)
             log.warning("%s: %s", key, r.local_reason)
+
+    def _unattached(self, r: Replica, on_gpu: list[int], now: float) -> list[int]:
+        """GPU processes of an attached replica that stayed unattached ``shim_attach_wait_s``
+        (a process attaches at its first CUDA use, before NVML can list it)."""
+        attached = set(r.shim_snapshot.attached_pids) if r.shim_snapshot is not None else set()
+        stray = [pid for pid in on_gpu if pid not in attached]
+        r.unattached_since = {pid: r.unattached_since.get(pid, now) for pid in stray}
+        wait = self.config.shim_attach_wait_s
+        return [pid for pid, since in r.unattached_since.items() if now - since >= wait]
 
     def _end_shim(self, r: Replica) -> None:
         """A replica's processes are gone: keep the region's last figures, delete it."""

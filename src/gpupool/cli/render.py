@@ -263,6 +263,16 @@ def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> Rend
         rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
     if job.dependency:
         rows.append(("Dependency", job.dependency))
+    c = job.container
+    if c is not None:  # submit --image: the image and what the job adds to it
+        extra = [
+            f"engine {c.engine}" if c.engine else "",
+            f"workdir {c.workdir}" if c.workdir else "",
+        ]
+        extra += [f"mount {m}" for m in c.mounts] + [f"env {k}" for k in sorted(c.env)]
+        rows.insert(
+            rows.index(("Command", command)), ("Image", "; ".join([c.image, *filter(None, extra)]))
+        )
     if job.state == "PENDING":
         rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
         est = job.estimated_start

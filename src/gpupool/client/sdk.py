@@ -97,6 +97,11 @@ OPTION_PATHS: dict[str, str] = {
     # sbatch --nodelist / --exclude: node names, a list or "n1,n2"
     "nodelist": "nodelist",
     "exclude": "exclude",
+    "image": "container.image",  # run in an image: Client.submit(image=..., container_mounts=[...])
+    "container_mounts": "container.mounts",
+    "container_workdir": "container.workdir",
+    "container_env": "container.env",
+    "container_engine": "container.engine",
 }
 
 

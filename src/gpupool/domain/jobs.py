@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.dependency import Dependency
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import DEFAULT_POOL
@@ -164,6 +165,7 @@ class JobSpec:
     # never these. Node names as the agents registered them.
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    container: ContainerSpec | None = None  # None: a bare process on the node
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

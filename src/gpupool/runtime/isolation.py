@@ -29,56 +29,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpupool.domain.errors import GpupoolError
-from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.runtime.shim import ShimIsolation
+from gpupool.runtime.slicectx import SliceContext, SliceDevice
+
+__all__ = ["SliceContext", "SliceDevice"]  # defined in slicectx (no import circle with shim)
 
 
 class IsolationUnavailable(GpupoolError):
     """The requested isolation cannot be enforced for this slice on this node."""
-
-
-@dataclass(frozen=True)
-class SliceDevice:
-    """A device of a slice: UUID, physical memory (MiB), and whether it is a MIG instance."""
-
-    uuid: str
-    memory_mib: int
-    is_mig: bool = False
-
-
-@dataclass(frozen=True)
-class SliceContext:
-    """One replica's slice on this node: its devices and the share of each.
-
-    ``milli`` and ``memory_mib`` are per device. ``mps_pipe_dir`` / ``mps_log_dir`` are set
-    when this node runs an MPS control daemon; ``mps_refused`` says why this replica may not
-    use it all the same (another Unix user's MPS jobs on its GPU). ``soft_hook_dir`` is the
-    folder holding the interpreter start hook. ``spill`` is the pool's memory oversubscription
-    choice (the shim serves such allocations from host memory). ``reserve_mib`` is the CUDA
-    context reserve of the devices' model (MiB a process holds beyond what its framework
-    allocates). ``shim_reserve_bytes`` is, per device UUID, what a process's first context
-    takes there as the agent measured it (:mod:`gpupool.runtime.shimreserve`): the shim
-    charges it to the slice.
-    """
-
-    devices: tuple[SliceDevice, ...]
-    milli: int
-    memory_mib: int
-    mps_pipe_dir: str | None = None
-    mps_log_dir: str | None = None
-    soft_hook_dir: str | None = None
-    mps_refused: str | None = None
-    reserve_mib: int = 0
-    spill: bool = False  # an allocation that fits the slice but not the GPU goes to host memory
-    shim_reserve_bytes: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def whole(self) -> bool:
-        return self.milli >= MILLI_PER_GPU
 
 
 class IsolationMode(Protocol):
@@ -182,6 +143,24 @@ def framework_caps(ctx: SliceContext, *, hard: bool) -> dict[str, str]:
     return env
 
 
+def shim_framework_caps(ctx: SliceContext) -> dict[str, str]:
+    """Framework fractions for a job whose driver is the shim's: fractions of the *slice*.
+
+    The shim reports the slice as each device's total (``cuMemGetInfo``, NVML), so a fraction
+    of the physical device would cut the slice a second time (a 35,000 MiB slice of an H200
+    left PyTorch about 8,400 MiB). What a process can reach is the slice less the context
+    reserve the shim charges it (the agent's measurement, else the model's estimate).
+    """
+    measured = [ctx.shim_reserve_bytes.get(d.uuid, 0) for d in ctx.devices]
+    reserve = max(measured, default=0) // (1 << 20) or ctx.reserve_mib
+
+    def total(d: SliceDevice) -> int:  # what cuMemGetInfo reports there
+        return ctx.memory_mib if ctx.spill else min(d.memory_mib, ctx.memory_mib)
+
+    seen = tuple(dataclasses.replace(d, memory_mib=total(d)) for d in ctx.devices)
+    return framework_caps(dataclasses.replace(ctx, devices=seen, reserve_mib=reserve), hard=True)
+
+
 class MpsShim:
     """MPS for compute, the CUDA shim for each replica's memory limit (pacing off)."""
 
@@ -192,6 +171,7 @@ class MpsShim:
 
     def job_env(self, ctx: SliceContext) -> dict[str, str]:
         env = Mps().job_env(ctx)
+        env.update(shim_framework_caps(ctx))  # the slice is the total the job sees
         env.update(ShimIsolation().job_env(ctx, pace=False))
         return env
 

@@ -1,7 +1,10 @@
 """The agent's side of the CUDA shim: one budget region per replica.
 
-A *region* is a file the agent creates before it launches a replica's processes (see
-``gpupool/shim/csrc/gp_region.h`` for its layout). It holds, per device UUID, the slice's memory
+A *region* is a pair of files the agent creates before it launches a replica's processes (see
+``gpupool/shim/csrc/gp_region.h`` for its layout): the *limits* part ``<region>.limits``, the
+agent's alone to write (a job maps it read-only, so it cannot raise its own limit), and the
+*usage* part, the file ``GPUPOOL_CUDA_REGION`` names, where the job's processes keep their
+usage slots. It holds, per device UUID, the slice's memory
 limit (bytes), SM share (permille, 1000 = no cap), context reserve (bytes charged per process
 that opens a context there) and spill flag, and one usage slot per attached process. The shim
 in each process reads the limits on every allocation and launch, so :meth:`Region.set_limit`
@@ -21,24 +24,27 @@ has one definition: the C header.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from uuid import uuid4
 
 from gpupool.domain.errors import GpupoolError
-from gpupool.shim.build import DRIVER_PATHS, NVML_PATHS, ShimBuild, ShimBuildError, ensure_built
+from gpupool.runtime.slicectx import SliceContext
+from gpupool.shim.build import ShimBuild, ShimBuildError, ensure_built
+from gpupool.shim.locate import real_driver, real_nvml
 
-if TYPE_CHECKING:  # isolation.py imports this module for its registry
-    from gpupool.runtime.isolation import SliceContext
+__all__ = [  # real_driver and real_nvml live in gpupool.shim.locate; the agent takes them here
+    "DEV_SPILL", "LABEL_LEN", "LIMITS_MODE", "MAX_DEVICES", "MAX_SLOTS", "MIB", "NO_CAP_PERMILLE",
+    "REGIONS_FOLDER_MODE", "REGION_LEND_IDLE", "DeviceSlice", "DeviceUsage", "Region",
+    "RegionError", "RegionSnapshot", "ShimIsolation", "job_env", "limits_path", "real_driver",
+    "real_nvml", "regions_dir", "uuid_bytes", "uuid_text",
+]  # fmt: skip
 
 MAX_DEVICES = 16
-MAX_SLOTS = 128
+MAX_SLOTS = 1024  # gp_region.h: processes using CUDA at once (claimed at first use)
 LABEL_LEN = 64
 DEV_SPILL = 0x1
 REGION_LEND_IDLE = 0x1
@@ -46,6 +52,13 @@ NO_CAP_PERMILLE = 1000
 MIB = 1 << 20
 #: The regions folder: others may pass to a region handed to them, not list the folder.
 REGIONS_FOLDER_MODE = 0o711
+#: The limits part: the agent's to write, every account's to read (a job maps it read-only).
+LIMITS_MODE = 0o644
+
+
+def limits_path(region: Path) -> Path:
+    """The region's limits part, beside it: ``<region>.limits`` (see ``gp_region.h``)."""
+    return region.with_name(region.name + ".limits")
 
 
 class RegionError(GpupoolError):
@@ -330,51 +343,6 @@ def job_env(
     return env
 
 
-def real_driver() -> Path | None:
-    """The real ``libcuda.so.1`` on this node: ``GPUPOOL_REAL_LIBCUDA``, else the usual system
-    paths, else what ``ldconfig -p`` lists (never the shim's own façade)."""
-    explicit = os.environ.get("GPUPOOL_REAL_LIBCUDA")
-    if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
-    for p in DRIVER_PATHS:
-        if Path(p).is_file():
-            return Path(p).resolve()
-    found = _ldconfig_driver()
-    return found if found is not None and found.is_file() else None
-
-
-@functools.lru_cache(maxsize=1)
-def _ldconfig_driver() -> Path | None:
-    """The driver ``ldconfig -p`` lists, asked once per process (every ``auto`` job on a node
-    without a driver would otherwise run it)."""
-    try:
-        out = subprocess.run(
-            ["ldconfig", "-p"], capture_output=True, text=True, check=False, timeout=10
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        name, _, path = line.strip().partition(" => ")
-        if name.startswith("libcuda.so.1") and "gpupool" not in path and Path(path).is_file():
-            return Path(path).resolve()
-    return None
-
-
-def real_nvml() -> Path | None:
-    """The real ``libnvidia-ml.so.1``: ``GPUPOOL_REAL_LIBNVML``, else beside the real driver,
-    else the usual system paths."""
-    explicit = os.environ.get("GPUPOOL_REAL_LIBNVML")
-    if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
-    driver = real_driver()
-    candidates = [driver.parent / "libnvidia-ml.so.1"] if driver is not None else []
-    candidates += [Path(p) for p in NVML_PATHS]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    return None
-
-
 def regions_dir() -> Path:
     """Where :class:`ShimIsolation` creates regions: ``$GPUPOOL_SHIM_REGIONS``, else
     ``/dev/shm/gpupool-regions`` (memory-backed), else the temporary folder."""
@@ -427,10 +395,12 @@ class ShimIsolation:
 
     @staticmethod
     def release(env: Mapping[str, str]) -> None:
-        """Delete the replica's region once its processes are gone (the agent, at replica end)."""
+        """Delete the replica's region (both parts) once its processes are gone (the agent, at
+        replica end)."""
         path = ShimIsolation.region_path(env)
         if path is not None:
             path.unlink(missing_ok=True)
+            limits_path(path).unlink(missing_ok=True)
 
     def job_env(self, ctx: SliceContext, *, pace: bool = True) -> dict[str, str]:
         """``pace=False`` leaves compute alone (share 1000): under ``mps+shim`` MPS does it."""
@@ -463,10 +433,12 @@ class ShimIsolation:
 
     @staticmethod
     def hand_over(env: Mapping[str, str], uid: int, gid: int) -> None:
-        """Give the replica's region to the account its processes run as (``--run-as``): they
-        map it read-write to claim their slots. It stays ``0600``: no other account may read
-        or write it."""
+        """Give the replica's usage part to the account its processes run as (``--run-as``):
+        they map it read-write to claim their slots. It stays ``0600``: no other account may
+        read or write it. The limits part stays the agent's (``0644``): the job maps it
+        read-only and cannot open it for writing."""
         path = ShimIsolation.region_path(env)
         if path is not None:
             os.chown(path, uid, gid)
             path.chmod(0o600)
+            limits_path(path).chmod(LIMITS_MODE)

@@ -6,9 +6,12 @@ per process and device (the region's ``context_reserve``), so what a job can all
 ``limit - reserve`` per process, as it would be on a GPU of the slice's size.
 
 **Measured** (:func:`measure`): a short child process opens the node's *real* driver by its path
-(never the shim's façade), ``cuInit``, makes the primary context of one device current and reads
-``cuMemGetInfo``: ``total - free`` is what that context took (the driver's ``total`` already
-leaves out the memory it reserves for itself). One device of each model is measured, before the
+(never the shim's façade), ``cuInit``, makes the primary context of one device current, and asks
+NVML (the real ``libnvidia-ml``) for its *own* process's memory on that device: what this
+context took, whatever else runs on the GPU. Where NVML cannot say (no NVML, no per-process
+figures, a PID namespace hiding the child's host pid) it reads ``cuMemGetInfo`` instead:
+``total - free``, which counts whatever else holds memory there then (hence the plausibility
+bound below). One device of each model is measured, before the
 agent starts any job there; the figure is kept per model and driver version in the agent's state
 folder (``shim-context.json``), so a restarted agent, whose adopted jobs may hold memory, reads
 it instead of measuring again.
@@ -34,6 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupool.shim.locate import real_nvml
+
 log = logging.getLogger("gpupool.agent")
 
 #: The reserve assumed where it could not be measured (bytes).
@@ -45,7 +50,7 @@ CACHE_NAME = "shim-context.json"
 # Run with the real driver's path as argv[1] and CUDA_VISIBLE_DEVICES set. "names": one line per
 # visible device (uuid, name), no context. "measure": the first device's context cost.
 _CHILD = r"""
-import ctypes, json, sys
+import ctypes, json, os, sys
 cuda = ctypes.CDLL(sys.argv[1])
 def ok(rc, what):
     if rc != 0:
@@ -72,6 +77,15 @@ for i in range(count.value if sys.argv[2] == "names" else min(1, count.value)):
         ok(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         ok(cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo")
         entry["free"], entry["total"] = free.value, total.value
+        try:  # this process's own use, as NVML sees it
+            import pynvml
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByUUID(entry["uuid"])
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.pid == os.getpid() and p.usedGpuMemory is not None:
+                    entry["own"] = int(p.usedGpuMemory)
+        except Exception as exc:
+            entry["nvml"] = str(exc)
     out["devices"].append(entry)
 print(json.dumps(out), flush=True)
 """
@@ -87,9 +101,14 @@ class DeviceModel:
     key: str  # "NAME / driver VERSION"
 
 
-def _run(driver: Path, uuids: Iterable[str], what: str, timeout_s: float) -> dict[str, object]:
+def _run(
+    driver: Path, uuids: Iterable[str], what: str, timeout_s: float, nvml: Path | None = None
+) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_CUDA_")}
     env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    if nvml is not None:  # pynvml loads libnvidia-ml.so.1 by name: the real one first
+        first = (str(nvml.parent), env.get("LD_LIBRARY_PATH"))
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in first if p)
     env.pop("LD_PRELOAD", None)  # the real driver, not the shim
     try:
         proc = subprocess.run(
@@ -126,19 +145,22 @@ def models(driver: Path, uuids: Iterable[str], timeout_s: float = 60.0) -> list[
     return [DeviceModel(str(d["uuid"]), f"{d['name']} / driver {version}") for d in devices]
 
 
-def measure(driver: Path, uuid: str, timeout_s: float = 60.0) -> int:
-    """Bytes a process's first context takes on device ``uuid`` (raises :class:`MeasureError`)."""
-    answer = _run(driver, [uuid], "measure", timeout_s)
+def measure(driver: Path, uuid: str, timeout_s: float = 60.0, nvml: Path | None = None) -> int:
+    """Bytes a process's first context takes on device ``uuid`` (raises :class:`MeasureError`):
+    NVML's figure for the measuring process where NVML gives one, else ``total - free``."""
+    answer = _run(driver, [uuid], "measure", timeout_s, nvml)
     devices = answer["devices"]
     assert isinstance(devices, list)
     if not devices:
         raise MeasureError(f"the driver does not list device {uuid}")
+    own = devices[0].get("own")
     total, free = int(devices[0]["total"]), int(devices[0]["free"])
-    taken = total - free
+    taken = own if isinstance(own, int) and own > 0 else total - free
     if taken < 0 or taken > total * MAX_PLAUSIBLE_FRACTION:
+        whose = "this process holds" if taken == own else "in use"
         raise MeasureError(
-            f"{taken} of {total} bytes in use after a bare context: something else holds memory "
-            "on the device"
+            f"{taken} of {total} bytes {whose} after a bare context: more than a context could "
+            "take (something else holds memory on the device)"
         )
     return taken
 
@@ -147,9 +169,12 @@ class ShimReserves:
     """Context reserve per device: measured once per model and driver version, kept in
     ``path`` (the agent's ``state_dir / shim-context.json``), else :data:`ESTIMATE_BYTES`."""
 
-    def __init__(self, path: Path, driver: Path, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, path: Path, driver: Path, timeout_s: float = 60.0, nvml: Path | None = None
+    ) -> None:
         self._path = path
         self._driver = driver
+        self._nvml = nvml if nvml is not None else real_nvml()
         self._timeout_s = timeout_s
         try:
             known = json.loads(path.read_text())
@@ -180,7 +205,7 @@ class ShimReserves:
         for m in found:
             if m.key not in self.known and m.key not in failed:
                 try:
-                    self.known[m.key] = measure(self._driver, m.uuid, self._timeout_s)
+                    self.known[m.key] = measure(self._driver, m.uuid, self._timeout_s, self._nvml)
                     changed = True
                     log.info("CUDA shim: a context takes %d bytes on %s", self.known[m.key], m.key)
                 except MeasureError as exc:

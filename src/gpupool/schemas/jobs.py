@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from gpupool.schemas.base import WireModel
+from gpupool.schemas.containers import ContainerWire
 
 
 class SubmitJobRequest(WireModel):
@@ -149,6 +150,9 @@ class JobView(WireModel):
     # issue 27: where it may run (sbatch --nodelist / --exclude); empty: anywhere
     nodelist: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
+    container: ContainerWire | None = Field(
+        default=None, description="the image it runs in (submit --image); None: bare process"
+    )
 
 
 class SubmitJobResponse(WireModel):

@@ -37,13 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.domain.errors import GpupoolError
+from gpupool.shim.locate import real_driver, real_nvml
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "gp_cuda.h",
     "gp_region.h",
+    "gp_shim.h",
     "region.c",
     "shim.c",
+    "pace.c",
     "driver_symbols.txt",
     "nvml.c",
     "nvml_symbols.txt",
@@ -59,14 +62,6 @@ CFLAGS = (
     "-fvisibility=hidden",
 )
 LIBS = ("-ldl", "-lpthread")
-# Where a driver usually is; the first that exists adds its exported names to the façade.
-DRIVER_PATHS = (
-    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
-    "/usr/lib64/libcuda.so.1",
-    "/usr/lib/libcuda.so.1",
-)
-NVML_PATHS = tuple(p.replace("libcuda.so.1", "libnvidia-ml.so.1") for p in DRIVER_PATHS)
 
 
 class ShimBuildError(GpupoolError):
@@ -183,8 +178,26 @@ def forwarded_nvml_names(nvml: Path | None) -> list[str]:
     return sorted(names - hooked)
 
 
-def forward_source(names: Sequence[str], machine: str) -> str:
-    """C for the façade's trampolines: each jumps through a table the shim fills at load."""
+@dataclass(frozen=True)
+class Library:
+    """What a façade forwards to: its name in messages, its variable, and the codes a call to
+    a function it lacks returns (absent from the real library; no real library at all)."""
+
+    label: str
+    variable: str
+    missing: int
+    no_library: int
+
+
+CUDA = Library("CUDA driver", "GPUPOOL_REAL_LIBCUDA", 500, 3)  # NOT_FOUND, NOT_INITIALIZED
+NVML = Library("NVML", "GPUPOOL_REAL_LIBNVML", 13, 1)  # FUNCTION_NOT_FOUND, UNINITIALIZED
+
+
+def forward_source(names: Sequence[str], machine: str, lib: Library = CUDA) -> str:
+    """C for the façade's trampolines: each jumps through a table the shim fills at load. A
+    name the real library lacks jumps to its own stub, which says so on stderr (once per name:
+    which function, which library, what to do) and returns the library's error code, so a
+    program never fails silently on a name the façade had to guess."""
     if machine in ("x86_64", "amd64"):
         jump = "\tjmp *gp_fwd_table+{off}(%rip)\n"
     elif machine in ("aarch64", "arm64"):
@@ -203,13 +216,43 @@ def forward_source(names: Sequence[str], machine: str) -> str:
         "static const char *const gp_fwd_names[] = {",
         *(f'    "{n}",' for n in names),
         "};",
-        "static int gp_fwd_missing(void) { return 500; /* CUDA_ERROR_NOT_FOUND */ }",
-        "static int gp_fwd_no_driver(void) { return 3; /* CUDA_ERROR_NOT_INITIALIZED */ }",
+        "#include <stdio.h>",
+        "#include <stdlib.h>",
+        "#include <unistd.h>",
+        f"static char gp_fwd_said[{len(names) or 1}];",
+        "static int gp_fwd_have;",
+        "static int gp_fwd_miss(size_t i) {",
+        "    if (!__atomic_exchange_n(&gp_fwd_said[i], 1, __ATOMIC_RELAXED)) {",
+        "        char m[512];",
+        f'        const char *path = getenv("{lib.variable}");',
+        "        int n = gp_fwd_have",
+        f'            ? snprintf(m, sizeof m, "gpupool: %s is not in the real {lib.label} (%s): '
+        f"the call returns {lib.missing}; the {lib.label} is older than the program expects, "
+        f'or {lib.variable} names another library\\n", gp_fwd_names[i], '
+        f'path && *path ? path : "found by the usual paths")',
+        f'            : snprintf(m, sizeof m, "gpupool: %s was called but no real {lib.label} '
+        f'was opened: the call returns {lib.no_library}; set {lib.variable} to its path\\n", '
+        "gp_fwd_names[i]);",
+        "        if (n > 0) {",
+        "            ssize_t w = write(2, m, (size_t)n < sizeof m ? (size_t)n : sizeof m - 1);",
+        "            (void)w;",
+        "        }",
+        "    }",
+        f"    return gp_fwd_have ? {lib.missing} : {lib.no_library};",
+        "}",
+        *(
+            f"static int gp_fwd_miss_{i}(void) {{ return gp_fwd_miss({i}); }}"
+            for i in range(len(names))
+        ),
+        "static void *const gp_fwd_misses[] = {",
+        *(f"    (void *)gp_fwd_miss_{i}," for i in range(len(names))),
+        "    NULL,",
+        "};",
         "void gp_forward_resolve(void *real, dlsym_fn sym) {",
+        "    gp_fwd_have = real != NULL;",
         f"    for (size_t i = 0; i < {len(names)}; i++) {{",
         "        void *p = real ? sym(real, gp_fwd_names[i]) : NULL;",
-        "        void *none = real ? (void *)gp_fwd_missing : (void *)gp_fwd_no_driver;",
-        "        gp_fwd_table[i] = p ? p : none;",
+        "        gp_fwd_table[i] = p ? p : gp_fwd_misses[i];",
         "    }",
         "}",
     ]
@@ -223,15 +266,9 @@ def forward_source(names: Sequence[str], machine: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _find_driver(
-    variable: str = "GPUPOOL_REAL_LIBCUDA", paths: Sequence[str] = DRIVER_PATHS
-) -> Path | None:
-    explicit = os.environ.get(variable)
-    candidates = [explicit] if explicit else list(paths)
-    for c in candidates:
-        if c and Path(c).is_file():
-            return Path(c).resolve()
-    return None
+def _find_driver() -> Path | None:
+    """The real driver whose names the façade forwards, found as the loader would."""
+    return real_driver()
 
 
 def _compile(cc: str, args: Iterable[str], cwd: Path) -> None:
@@ -268,7 +305,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
     cc = compiler()
     machine = platform.machine()
     names = forwarded_names(_find_driver())
-    nvml_names = forwarded_nvml_names(_find_driver("GPUPOOL_REAL_LIBNVML", NVML_PATHS))
+    nvml_names = forwarded_nvml_names(real_nvml())
     top = cache or cache_root()
     root = top / _key(cc, [*names, *nvml_names], machine)
     built = _products(root)
@@ -286,6 +323,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
             inc = f"-I{CSRC}"
             region = str(CSRC / "region.c")
             shim = str(CSRC / "shim.c")
+            pace = str(CSRC / "pace.c")
             _compile(
                 cc,
                 [
@@ -293,6 +331,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                     inc,
                     "-DGP_FACADE",
                     shim,
+                    pace,
                     region,
                     "forward.c",
                     "-o",
@@ -303,7 +342,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                 tmp,
             )
             (tmp / "facade" / "libcuda.so").symlink_to("libcuda.so.1")
-            (tmp / "nvml_forward.c").write_text(forward_source(nvml_names, machine))
+            (tmp / "nvml_forward.c").write_text(forward_source(nvml_names, machine, NVML))
             _compile(
                 cc,
                 [
@@ -323,7 +362,17 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
             (tmp / "facade" / "libnvidia-ml.so").symlink_to("libnvidia-ml.so.1")
             _compile(
                 cc,
-                [*CFLAGS, inc, "-DGP_PRELOAD", shim, region, "-o", "libgpupool_preload.so", *LIBS],
+                [
+                    *CFLAGS,
+                    inc,
+                    "-DGP_PRELOAD",
+                    shim,
+                    pace,
+                    region,
+                    "-o",
+                    "libgpupool_preload.so",
+                    *LIBS,
+                ],
                 tmp,
             )
             _compile(cc, [*CFLAGS, inc, region, "-o", "libgpupool_region.so", *LIBS], tmp)

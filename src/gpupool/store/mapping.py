@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
@@ -64,6 +65,7 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         **({"dependency": spec.dependency.text()} if spec.dependency is not None else {}),
         **({"nodelist": list(spec.nodelist)} if spec.nodelist else {}),
         **({"exclude": list(spec.exclude)} if spec.exclude else {}),
+        "container": spec.container.to_json() if spec.container is not None else None,
     }
 
 
@@ -98,6 +100,7 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         dependency=parse_dependency(data["dependency"]) if data.get("dependency") else None,
         nodelist=tuple(data.get("nodelist", ())),
         exclude=tuple(data.get("exclude", ())),
+        container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
     )
 
 
@@ -252,6 +255,8 @@ def pool_from_row(row: PoolModel) -> Pool:
         price_per_gpu_hour=tuple(sorted(row.prices.items())),
         default_price_per_gpu_hour=row.default_price,
         memory_oversubscription=row.memory_oversubscription,
+        container_engine=row.container_engine,
+        image_registries=tuple(row.image_registries or ()),
     )
 
 

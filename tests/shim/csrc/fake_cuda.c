@@ -21,6 +21,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ struct CUctx_st {
 };
 struct CUevent_st {
     int done;
+    int captured; /* last recorded in a capturing stream: a graph node, not a time */
     uint64_t t;
 };
 struct CUarray_st {
@@ -54,7 +56,7 @@ struct CUarray_st {
  * above its release threshold (0 here, as by default) or cuMemPoolTrimTo trims it; it grows in
  * 2 MiB steps. */
 struct CUmemPoolHandle_st {
-    int dev;
+    int dev; /* -1: a pool of host memory (cuMemPoolCreate with a host location): no device's */
     uint64_t reserved, used;
 };
 #define POOL_STEP (2ull << 20)
@@ -108,6 +110,19 @@ static uint64_t phys(void) {
     const char *e = getenv("FAKE_CUDA_MEM");
     return e ? strtoull(e, NULL, 10) : 80ull << 30;
 }
+/* FAKE_CUDA_OTHER_BYTES: what other processes hold on every device (total - free shows it). */
+static uint64_t others(void) {
+    const char *e = getenv("FAKE_CUDA_OTHER_BYTES");
+    return e ? strtoull(e, NULL, 10) : 0;
+}
+/* What this process holds on device dev: the fake NVML's per-process figure. */
+API uint64_t fake_cuda_process_bytes(int dev) {
+    if (dev < 0 || dev >= MAXDEV) return 0;
+    pthread_mutex_lock(&g_mem_lock);
+    uint64_t v = g_used[dev] - others();
+    pthread_mutex_unlock(&g_mem_lock);
+    return v;
+}
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -147,11 +162,11 @@ static CUresult pool_take(CUdeviceptr *p, size_t bytes, struct CUmemPoolHandle_s
     pthread_mutex_lock(&g_mem_lock);
     if (pool->reserved - pool->used < bytes) {
         uint64_t grow = (bytes - (pool->reserved - pool->used) + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
-        if (g_used[pool->dev] + grow > phys()) {
+        if (pool->dev >= 0 && g_used[pool->dev] + grow > phys()) {
             pthread_mutex_unlock(&g_mem_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        g_used[pool->dev] += grow;
+        if (pool->dev >= 0) g_used[pool->dev] += grow;
         pool->reserved += grow;
     }
     pool->used += bytes;
@@ -180,10 +195,134 @@ static CUresult give(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
-/* ------------------------------------------------------------- graphs and their memory */
 struct CUgraph_st {
+    uint64_t dur;           /* ns its kernel nodes (captured launches) take, run one after another */
     uint64_t alloc[MAXDEV]; /* bytes its mem-alloc nodes take per device */
 };
+
+/* ------------------------------------------------------------- streams and stream capture
+ *
+ * A stream is known by a key: a created stream by its handle, the legacy default stream (NULL
+ * through the plain API, CU_STREAM_LEGACY) by one process-wide key, and the per-thread default
+ * stream (NULL through a _ptsz function, CU_STREAM_PER_THREAD) by one key per thread. Work
+ * still runs on one GPU thread in submission order.
+ *
+ * A capture records a stream's work into a graph instead of running it. Like the real driver,
+ * while a GLOBAL-mode capture runs in any thread (a THREAD_LOCAL one in this thread), an event
+ * query or synchronisation is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates
+ * that capture (its cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+ * an event recorded in a capturing stream is a node of the graph, and querying, synchronising
+ * or timing it fails with CUDA_ERROR_CAPTURED_EVENT. FAKE_CUDA_CAPTURE_LOG, when set, names a
+ * file that gets one line per refused call, for the tests to read. */
+struct CUstream_st {
+    int id;
+};
+static char g_legacy_stream;
+static __thread char g_pt_stream;
+static void *stream_key(CUstream s, int ptsz) {
+    if (s == NULL) return ptsz ? (void *)&g_pt_stream : (void *)&g_legacy_stream;
+    if (s == CU_STREAM_LEGACY) return &g_legacy_stream;
+    if (s == CU_STREAM_PER_THREAD) return &g_pt_stream;
+    return s;
+}
+struct capture {
+    void *key; /* NULL: a free entry */
+    CUgraph g;
+    int mode;
+    int invalid;
+    pthread_t thread;
+};
+#define MAXCAP 16
+static struct capture g_caps[MAXCAP];
+static pthread_mutex_t g_cap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The capture recording key's stream (under g_cap_lock), or NULL. */
+static struct capture *capture_of_locked(void *key) {
+    for (int i = 0; i < MAXCAP; i++)
+        if (g_caps[i].key == key) return &g_caps[i];
+    return NULL;
+}
+/* The graph a stream records into now, or NULL (a stream that is not capturing). */
+static CUgraph capturing(void *key) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(key);
+    CUgraph g = c && !c->invalid ? c->g : NULL;
+    pthread_mutex_unlock(&g_cap_lock);
+    return g;
+}
+static void capture_log(const char *what) {
+    const char *p = getenv("FAKE_CUDA_CAPTURE_LOG");
+    if (!p) return;
+    int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%d %s\n", (int)getpid(), what);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+/* Whether a running capture forbids this thread an unsafe call now; if so it is invalidated. */
+static int capture_forbids(const char *what) {
+    int forbidden = 0;
+    pthread_mutex_lock(&g_cap_lock);
+    for (int i = 0; i < MAXCAP; i++) {
+        struct capture *c = &g_caps[i];
+        if (!c->key) continue;
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+            (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && pthread_equal(c->thread, pthread_self()))) {
+            c->invalid = 1;
+            forbidden = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_cap_lock);
+    if (forbidden) capture_log(what);
+    return forbidden;
+}
+static CUresult begin_capture(CUstream s, int ptsz, int mode) {
+    void *key = stream_key(s, ptsz);
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(key), *free_c = capture_of_locked(NULL);
+    if (c || !free_c) {
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *free_c = (struct capture){key, calloc(1, sizeof(struct CUgraph_st)), mode, 0, pthread_self()};
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+static CUresult end_capture(CUstream s, int ptsz, CUgraph *g) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(stream_key(s, ptsz));
+    if (!c) {
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int invalid = c->invalid;
+    CUgraph graph = c->g;
+    memset(c, 0, sizeof *c);
+    pthread_mutex_unlock(&g_cap_lock);
+    if (invalid) {
+        free(graph);
+        if (g) *g = NULL;
+        capture_log("end-invalidated");
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *g = graph;
+    return CUDA_SUCCESS;
+}
+static CUresult capture_info(CUstream s, int ptsz, int *status, cuuint64_t *id, CUgraph *g) {
+    pthread_mutex_lock(&g_cap_lock);
+    struct capture *c = capture_of_locked(stream_key(s, ptsz));
+    int st = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+                : c->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (status) *status = st;
+    if (id) *id = (cuuint64_t)(uintptr_t)(c ? c->g : NULL);
+    if (g) *g = c && !c->invalid ? c->g : NULL;
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- graphs and their memory */
 /* An instantiated graph: the duration first, as cuGraphLaunch reads it (the probe also passes a
  * plain uint64 duration as a CUgraphExec: such a handle is not in g_execs). */
 struct gexec {
@@ -193,7 +332,6 @@ struct gexec {
 };
 static struct gexec *g_execs;
 static uint64_t g_graph_reserved[MAXDEV];
-static __thread CUgraph g_capture; /* the graph this thread's stream capture records into */
 static uint64_t g_graph_va = 0x7e0000000000ull; /* addresses handed to alloc nodes */
 
 static struct gexec *as_exec(void *h) {
@@ -227,6 +365,7 @@ struct op {
     uint64_t dur;
     CUevent ev;
     uint64_t submit; /* when the host queued it */
+    const void *skey; /* its stream (stream_key) */
 };
 #define QCAP 4096
 static struct op g_q[QCAP];
@@ -250,6 +389,28 @@ static void log_kernel(int dev, uint64_t s, uint64_t e) {
     (void)w;
 }
 
+/* FAKE_CUDA_CONCURRENT=1: streams run concurrently, as kernels that leave the GPU room do on a
+ * real one: an op starts when it was queued or when its own stream's previous op ended. Else
+ * (the default) one timeline for all streams. Either way the times are exact. */
+static int concurrent(void) {
+    static int c = -1;
+    if (c < 0) c = getenv("FAKE_CUDA_CONCURRENT") != NULL;
+    return c;
+}
+static struct {
+    const void *key;
+    uint64_t end;
+} g_stl[64];
+static int g_nstl;
+static uint64_t *stream_end(const void *key) { /* under g_qlock or from the GPU thread */
+    for (int i = 0; i < g_nstl; i++)
+        if (g_stl[i].key == key) return &g_stl[i].end;
+    int i = g_nstl < 64 ? g_nstl++ : 63;
+    g_stl[i].key = key;
+    g_stl[i].end = 0;
+    return &g_stl[i].end;
+}
+
 static void *worker(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g_qlock);
@@ -260,7 +421,12 @@ static void *worker(void *arg) {
         g_qn--;
         g_busy = 1;
         pthread_mutex_unlock(&g_qlock);
-        uint64_t start = o.submit > g_timeline ? o.submit : g_timeline;
+        uint64_t after = g_timeline;
+        pthread_mutex_lock(&g_qlock);
+        uint64_t *own = concurrent() ? stream_end(o.skey) : NULL;
+        if (own) after = *own;
+        pthread_mutex_unlock(&g_qlock);
+        uint64_t start = o.submit > after ? o.submit : after;
         if (o.kind == OP_KERNEL) {
             uint64_t end = start + o.dur;
             if (getenv("FAKE_CUDA_SPIN")) {
@@ -271,7 +437,10 @@ static void *worker(void *arg) {
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) {
                 }
             }
-            g_timeline = end;
+            pthread_mutex_lock(&g_qlock);
+            if (own) *own = end;
+            if (end > g_timeline) g_timeline = end;
+            pthread_mutex_unlock(&g_qlock);
             log_kernel(o.dev, start, end);
         }
         pthread_mutex_lock(&g_qlock);
@@ -291,6 +460,7 @@ static void atfork_child(void) {
     pthread_cond_init(&g_done, NULL);
     g_qh = g_qn = g_busy = g_worker_started = 0;
     g_timeline = 0;
+    g_nstl = 0;
     g_logfd = -2;
 }
 
@@ -313,16 +483,35 @@ static void enqueue(struct op o) {
     pthread_mutex_unlock(&g_qlock);
 }
 
-static CUresult launch(void **params, uint64_t dur_from_graph, int graph) {
+/* Calls counted for FAKE_CUDA_COUNTS: a file that gets "RECORDS LAUNCHES" at exit. */
+static atomic_ulong g_nrecords, g_nlaunches;
+__attribute__((destructor)) static void write_counts(void) {
+    const char *p = getenv("FAKE_CUDA_COUNTS");
+    if (!p) return;
+    FILE *f = fopen(p, "w");
+    if (!f) return;
+    fprintf(f, "%lu %lu\n", (unsigned long)atomic_load(&g_nrecords), (unsigned long)atomic_load(&g_nlaunches));
+    fclose(f);
+}
+
+static CUresult launch(void **params, uint64_t dur_from_graph, int graph, CUstream s, int ptsz) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t dur = graph ? dur_from_graph : (params && params[0] ? *(uint64_t *)params[0] : 0);
+    CUgraph into = capturing(stream_key(s, ptsz));
+    if (into) { /* captured: a kernel node of the graph, nothing runs now */
+        pthread_mutex_lock(&g_cap_lock);
+        into->dur += dur;
+        pthread_mutex_unlock(&g_cap_lock);
+        return CUDA_SUCCESS;
+    }
     if (dur == 0) { /* an empty kernel on an idle GPU is done at once: no GPU thread round trip */
         pthread_mutex_lock(&g_qlock);
         int idle = g_qn == 0 && !g_busy;
         pthread_mutex_unlock(&g_qlock);
         if (idle) return CUDA_SUCCESS;
     }
-    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0});
+    atomic_fetch_add(&g_nlaunches, 1);
+    enqueue((struct op){OP_KERNEL, cur_dev(), dur, NULL, 0, stream_key(s, ptsz)});
     return CUDA_SUCCESS;
 }
 
@@ -342,6 +531,7 @@ API CUresult cuInit(unsigned int f) {
         once = 1;
         pthread_atfork(NULL, NULL, atfork_child);
         for (int i = 0; i < MAXDEV; i++) g_primary[i].dev = g_pools[i].dev = i;
+        for (int i = 0; i < MAXDEV; i++) g_used[i] = others(); /* other processes' memory */
     }
     return CUDA_SUCCESS;
 }
@@ -476,23 +666,24 @@ API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned f) {
 }
 API CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
 static CUresult alloc_node(CUgraphNode *node, CUgraph g, CUDA_MEM_ALLOC_NODE_PARAMS *p);
-API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
-    (void)s;
+static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, int ptsz) {
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (g_capture) { /* captured: a mem-alloc node of the graph, nothing allocated now */
+    CUgraph into = capturing(stream_key(s, ptsz));
+    if (into) { /* captured: a mem-alloc node of the graph, nothing allocated now */
         CUDA_MEM_ALLOC_NODE_PARAMS a;
         memset(&a, 0, sizeof a);
         a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         a.poolProps.location.id = cur_dev();
         a.bytesize = bytes;
-        CUresult rc = alloc_node(NULL, g_capture, &a);
+        CUresult rc = alloc_node(NULL, into, &a);
         if (rc == CUDA_SUCCESS) *p = a.dptr;
         return rc;
     }
     return pool_take(p, bytes, &g_pools[cur_dev()]);
 }
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) { return alloc_async(p, bytes, s, 0); }
 API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s) {
-    return cuMemAllocAsync(p, bytes, s);
+    return alloc_async(p, bytes, s, 1);
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s) {
     (void)s;
@@ -504,11 +695,13 @@ API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemory
     return cuMemAllocFromPoolAsync(p, bytes, pool, s);
 }
 API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    (void)s;
-    if (g_capture) return CUDA_SUCCESS; /* a mem-free node of the graph */
+    if (capturing(stream_key(s, 0))) return CUDA_SUCCESS; /* a mem-free node of the graph */
     return give(p);
 }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+    if (capturing(stream_key(s, 1))) return CUDA_SUCCESS;
+    return give(p);
+}
 API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     if (d < 0 || d >= ndev()) return CUDA_ERROR_INVALID_VALUE;
     g_pools[d].dev = d;
@@ -528,7 +721,7 @@ static void pool_trim(struct CUmemPoolHandle_st *pool, uint64_t keep) {
     uint64_t floor = pool->used > keep ? pool->used : keep;
     floor = (floor + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
     if (pool->reserved > floor) {
-        g_used[pool->dev] -= pool->reserved - floor;
+        if (pool->dev >= 0) g_used[pool->dev] -= pool->reserved - floor;
         pool->reserved = floor;
     }
 }
@@ -547,15 +740,94 @@ API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
     (void)p, (void)n, (void)advice, (void)d;
     return CUDA_SUCCESS;
 }
+/* VMM: a physical allocation lives while its handle is unreleased or any mapping of it remains
+ * (cuMemRelease with mappings left frees nothing yet; the last cuMemUnmap does). Device
+ * memory on location.id for a device location, and for CUDA 13.5's location type 6 too;
+ * host locations take no device memory. */
+struct vmm {
+    CUdeviceptr block;
+    int maps, released;
+};
+struct vmap {
+    CUdeviceptr va;
+    size_t bytes;
+    struct vmm *h;
+    struct vmap *next;
+};
+static struct vmap *g_vmaps;
+static int host_location(int type) { return type >= 2 && type <= 4; }
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes,
                          const CUmemAllocationProp *prop, unsigned long long f) {
     (void)f;
-    CUdeviceptr p;
-    CUresult rc = take(&p, bytes, prop->location.id);
-    if (rc == CUDA_SUCCESS) *h = p;
+    if (!prop || !h) return CUDA_ERROR_INVALID_VALUE;
+    int dev = host_location(prop->location.type) ? -1 : prop->location.id;
+    if (dev >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    struct vmm *v = calloc(1, sizeof *v);
+    CUresult rc = take(&v->block, bytes, dev);
+    if (rc != CUDA_SUCCESS) {
+        free(v);
+        return rc;
+    }
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return rc;
 }
-API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
+static void vmm_maybe_free(struct vmm *v) {
+    if (v->released && v->maps == 0) {
+        give(v->block);
+        free(v);
+    }
+}
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || v->released) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_cap_lock);
+    v->released = 1;
+    int keep = v->maps > 0;
+    pthread_mutex_unlock(&g_cap_lock);
+    if (!keep) vmm_maybe_free(v);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemMap(CUdeviceptr va, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,
+                      unsigned long long flags) {
+    (void)offset, (void)flags;
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || v->released) return CUDA_ERROR_INVALID_VALUE;
+    struct vmap *m = malloc(sizeof *m);
+    pthread_mutex_lock(&g_cap_lock);
+    *m = (struct vmap){va, bytes, v, g_vmaps};
+    g_vmaps = m;
+    v->maps++;
+    pthread_mutex_unlock(&g_cap_lock);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemUnmap(CUdeviceptr va, size_t bytes) {
+    struct vmm *gone[64];
+    int n = 0;
+    pthread_mutex_lock(&g_cap_lock);
+    for (struct vmap **p = &g_vmaps; *p;) {
+        struct vmap *m = *p;
+        if (m->va >= va && m->va < va + bytes && n < 64) {
+            *p = m->next;
+            m->h->maps--;
+            gone[n++] = m->h;
+            free(m);
+        } else {
+            p = &m->next;
+        }
+    }
+    pthread_mutex_unlock(&g_cap_lock);
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < n; i++) vmm_maybe_free(gone[i]);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+    int dev = host_location(props->location.type) || props->location.type == 0 ? -1 : props->location.id;
+    if (dev >= ndev()) return CUDA_ERROR_INVALID_VALUE;
+    *pool = calloc(1, sizeof **pool);
+    (*pool)->dev = dev;
+    return CUDA_SUCCESS;
+}
 
 static size_t fmt_bytes(CUarray_format f) {
     return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 ? 4 : f == CU_AD_FORMAT_HALF ? 2 : 1;
@@ -621,35 +893,61 @@ API CUresult cuEventDestroy_v2(CUevent e) {
     if (done) free(e);
     return CUDA_SUCCESS;
 }
-API CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s;
+static CUresult event_record(CUevent e, CUstream s, int ptsz) {
+    if (capturing(stream_key(s, ptsz))) { /* a node of the graph being captured */
+        pthread_mutex_lock(&g_qlock);
+        e->captured = 1;
+        e->done = 0;
+        pthread_mutex_unlock(&g_qlock);
+        return CUDA_SUCCESS;
+    }
+    atomic_fetch_add(&g_nrecords, 1);
     pthread_mutex_lock(&g_qlock);
+    e->captured = 0;
     if (g_qn == 0 && !g_busy) {
-        uint64_t n = now_ns();
-        e->t = n > g_timeline ? n : g_timeline;
+        uint64_t n = now_ns(), after = concurrent() ? *stream_end(stream_key(s, ptsz)) : g_timeline;
+        e->t = n > after ? n : after;
         e->done = 1;
         pthread_mutex_unlock(&g_qlock);
         return CUDA_SUCCESS;
     }
     e->done = 0;
     pthread_mutex_unlock(&g_qlock);
-    enqueue((struct op){OP_EVENT, 0, 0, e, 0});
+    enqueue((struct op){OP_EVENT, 0, 0, e, 0, stream_key(s, ptsz)});
     return CUDA_SUCCESS;
 }
+API CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s, 0); }
+API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
 API CUresult cuEventQuery(CUevent e) {
+    if (capture_forbids("cuEventQuery")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&g_qlock);
-    int d = e->done;
+    int d = e->done, captured = e->captured;
     pthread_mutex_unlock(&g_qlock);
+    if (captured) {
+        capture_log("cuEventQuery-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     return d ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 API CUresult cuEventSynchronize(CUevent e) {
+    if (capture_forbids("cuEventSynchronize")) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&g_qlock);
+    if (e->captured) {
+        pthread_mutex_unlock(&g_qlock);
+        capture_log("cuEventSynchronize-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     while (!e->done) pthread_cond_wait(&g_done, &g_qlock);
     pthread_mutex_unlock(&g_qlock);
     return CUDA_SUCCESS;
 }
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     pthread_mutex_lock(&g_qlock);
+    if (a->captured || b->captured) {
+        pthread_mutex_unlock(&g_qlock);
+        capture_log("cuEventElapsedTime-captured");
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
     int ok = a->done && b->done;
     uint64_t ta = a->t, tb = b->t;
     pthread_mutex_unlock(&g_qlock);
@@ -661,21 +959,23 @@ API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                             void **extra) {
-    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)extra;
-    return launch(params, 0, 0);
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)extra;
+    return launch(params, 0, 0, s, 0);
 }
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                                  void **extra) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)extra;
+    return launch(params, 0, 0, s, 1);
 }
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    (void)c, (void)f, (void)extra;
-    return launch(params, 0, 0);
+    (void)f, (void)extra;
+    return launch(params, 0, 0, c ? c->hStream : NULL, 0);
 }
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                    void **extra) {
-    return cuLaunchKernelEx(c, f, params, extra);
+    (void)f, (void)extra;
+    return launch(params, 0, 0, c ? c->hStream : NULL, 1);
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
@@ -685,14 +985,15 @@ API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, u
 API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                             unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                             CUstream s, void **params) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
+    return cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, NULL);
 }
-API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    (void)s;
+static CUresult graph_launch(CUgraphExec g, CUstream s, int ptsz) {
     struct gexec *e = as_exec(g);
-    if (e && graph_map(e) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    return launch(NULL, g ? *(uint64_t *)g : 0, 1);
+    if (e && !capturing(stream_key(s, ptsz)) && graph_map(e) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return launch(NULL, g ? *(uint64_t *)g : 0, 1, s, ptsz);
 }
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return graph_launch(g, s, 0); }
 API CUresult cuGraphUpload(CUgraphExec g, CUstream s) {
     (void)s;
     struct gexec *e = as_exec(g);
@@ -740,10 +1041,29 @@ API CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *dep
     if (node) *node = (CUgraphNode)(uintptr_t)1;
     return CUDA_SUCCESS;
 }
+/* CUDA 12.3's _v2 and CUDA 13.4's _v3 take edge data beside the dependencies. */
+API CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
+API CUresult cuGraphAddNode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
+/* A variant newer than any shim knows, for a future CUDA: reached only through
+ * cuGetProcAddress (not exported, so the façade's forwarded names stay those of a real driver). */
+static CUresult addnode_v4(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                           const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    (void)edges;
+    return cuGraphAddNode(node, g, deps, n, p);
+}
 static CUresult instantiate(CUgraphExec *out, CUgraph g) {
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     struct gexec *e = calloc(1, sizeof *e);
     memcpy(e->alloc, g->alloc, sizeof e->alloc);
+    e->dur = g->dur;
     pthread_mutex_lock(&g_mem_lock);
     e->next = g_execs;
     g_execs = e;
@@ -790,27 +1110,35 @@ API CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
     *(cuuint64_t *)value = v;
     return CUDA_SUCCESS;
 }
-API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-    (void)s, (void)mode;
-    if (g_capture) return CUDA_ERROR_INVALID_VALUE;
-    g_capture = calloc(1, sizeof *g_capture);
-    return CUDA_SUCCESS;
-}
-API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
-    (void)s;
-    if (!g_capture) return CUDA_ERROR_INVALID_VALUE;
-    *g = g_capture;
-    g_capture = NULL;
-    return CUDA_SUCCESS;
-}
+API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { return begin_capture(s, 0, mode); }
+API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { return begin_capture(s, 1, mode); }
+API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return end_capture(s, 0, g); }
+API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return end_capture(s, 1, g); }
 API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, cuuint64_t *id, CUgraph *g,
                                        const CUgraphNode **deps, size_t *n) {
-    (void)s;
-    if (status) *status = g_capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    if (id) *id = (cuuint64_t)(uintptr_t)g_capture;
-    if (g) *g = g_capture;
     if (deps) *deps = NULL;
     if (n) *n = 0;
+    return capture_info(s, 0, status, id, g);
+}
+API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, int *status, cuuint64_t *id, CUgraph *g,
+                                            const CUgraphNode **deps, size_t *n) {
+    if (deps) *deps = NULL;
+    if (n) *n = 0;
+    return capture_info(s, 1, status, id, g);
+}
+API CUresult cuStreamIsCapturing(CUstream s, int *status) { return capture_info(s, 0, status, NULL, NULL); }
+API CUresult cuStreamIsCapturing_ptsz(CUstream s, int *status) {
+    return capture_info(s, 1, status, NULL, NULL);
+}
+API CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    static int next;
+    (void)flags;
+    *s = malloc(sizeof **s);
+    (*s)->id = __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamDestroy_v2(CUstream s) {
+    free(s);
     return CUDA_SUCCESS;
 }
 
@@ -838,7 +1166,7 @@ API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENT
     return memory_requirements(r, m->bytes);
 }
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) { return release_array(m, m->bytes); }
-API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_launch(g, s, 1); }
 
 /* Like the real driver: the name plus the version and stream flavour pick an exported variant. */
 static void *self_handle(void) {
@@ -849,10 +1177,64 @@ static void *self_handle(void) {
     }
     return h;
 }
+/* Variants a newer CUDA version maps a name to, newest first (beyond the _v2 rule below). */
+static const struct {
+    const char *name, *suffix;
+    int version;
+} g_variants[] = {
+    {"cuGraphAddNode", "_v4", 14000}, /* addnode_v4 */
+    {"cuGraphAddNode", "_v3", 13040},
+    {"cuGraphAddNode", "_v2", 12030},
+    {"cuGraphAddNode", "", 0}, /* (a real driver says VERSION_NOT_SUFFICIENT before 12.2) */
+};
+/* With FAKE_CUDA_INTERNAL_PTRS=1, cuGetProcAddress answers for these with pointers of its own,
+ * not the exported symbols, as a real driver may: a caller cannot match them to dlsym's. */
+static CUresult i_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+}
+static CUresult i_launch_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
+    return cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+}
+static CUresult i_addnode(CUgraphNode *node, CUgraph g, const CUgraphNode *d, size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode(node, g, d, n, p);
+}
+static CUresult i_addnode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *d, const CUgraphEdgeData *e,
+                             size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode_v2(node, g, d, e, n, p);
+}
+static CUresult i_addnode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *d, const CUgraphEdgeData *e,
+                             size_t n, CUgraphNodeParams *p) {
+    return cuGraphAddNode_v3(node, g, d, e, n, p);
+}
+static CUresult i_alloc(CUdeviceptr *p, size_t bytes) { return cuMemAlloc_v2(p, bytes); }
+static const struct {
+    const char *name;
+    void *fn;
+} g_internal[] = {
+    {"cuLaunchKernel", (void *)i_launch},       {"cuLaunchKernel_ptsz", (void *)i_launch_ptsz},
+    {"cuGraphAddNode", (void *)i_addnode},      {"cuGraphAddNode_v2", (void *)i_addnode_v2},
+    {"cuGraphAddNode_v3", (void *)i_addnode_v3}, {"cuMemAlloc_v2", (void *)i_alloc},
+};
+static void *internal_ptr(const char *name, void *exported) {
+    if (!exported || !getenv("FAKE_CUDA_INTERNAL_PTRS")) return exported;
+    for (size_t i = 0; i < sizeof g_internal / sizeof g_internal[0]; i++)
+        if (strcmp(g_internal[i].name, name) == 0) return g_internal[i].fn;
+    return exported;
+}
 API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
                                  CUdriverProcAddressQueryResult *st) {
     char name[256];
     void *h = self_handle(), *p = NULL;
+    for (size_t i = 0; i < sizeof g_variants / sizeof g_variants[0]; i++) {
+        if (strcmp(sym, g_variants[i].name) != 0 || ver < g_variants[i].version) continue;
+        snprintf(name, sizeof name, "%s%s", sym, g_variants[i].suffix);
+        p = strcmp(g_variants[i].suffix, "_v4") == 0 ? (void *)addnode_v4 : internal_ptr(name, dlsym(h, name));
+        if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        *pfn = p;
+        return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    }
     const char *suffixes[6];
     int n = 0;
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
@@ -871,7 +1253,7 @@ API CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_
         snprintf(name, sizeof name, "%s%s", sym, suffixes[i]);
         if (strcmp(sym, "cuGetProcAddress") == 0 && ver < 12000 && strcmp(suffixes[i], "_v2") == 0)
             continue;
-        p = dlsym(h, name);
+        p = internal_ptr(name, dlsym(h, name));
     }
     if (st) *st = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     *pfn = p;

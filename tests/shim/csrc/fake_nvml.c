@@ -1,5 +1,10 @@
 /* A fake NVML (libnvidia-ml.so.1) for the shim's tests: FAKE_CUDA_DEVICES devices with the fake
- * driver's UUIDs, FAKE_CUDA_MEM bytes each, of which FAKE_NVML_USED are in use (by others). */
+ * driver's UUIDs, FAKE_CUDA_MEM bytes each, of which FAKE_NVML_USED are in use (by others).
+ * Its compute-process list has the calling process alone, with what the fake driver loaded in
+ * it holds on the device (fake_cuda_process_bytes), when one is loaded. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +34,10 @@ static int count(void) {
 }
 
 API int nvmlInit_v2(void) { return 0; }
+API int nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return 0;
+}
 API int nvmlShutdown(void) { return 0; }
 API int nvmlDeviceGetCount_v2(unsigned int *n) {
     *n = (unsigned)count();
@@ -66,5 +75,39 @@ API int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     m->used = v1.used;
     m->free = v1.free;
     m->reserved = 1 << 20;
+    return 0;
+}
+
+API int nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
+    char mine[96];
+    for (int i = 0; i < count(); i++) {
+        nvmlDeviceGetUUID(&g_dev[i], mine, sizeof mine);
+        if (strcmp(mine, uuid) == 0) {
+            *d = &g_dev[i];
+            return 0;
+        }
+    }
+    return 6; /* NVML_ERROR_NOT_FOUND */
+}
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+API int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_t *out) {
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    unsigned long long (*bytes)(int) = cuda ? (unsigned long long (*)(int))dlsym(cuda, "fake_cuda_process_bytes") : NULL;
+    if (!bytes || bytes(d->index) == 0) {
+        *n = 0;
+        return 0;
+    }
+    if (*n < 1 || !out) {
+        *n = 1;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    out[0].pid = (unsigned)getpid();
+    out[0].usedGpuMemory = bytes(d->index);
+    out[0].gpuInstanceId = out[0].computeInstanceId = 0xffffffffu;
+    *n = 1;
     return 0;
 }

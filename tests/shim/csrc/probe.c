@@ -6,6 +6,10 @@
  * an old-style program does. Answers: "ok ..." or "err CODE". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "gp_cuda.h"
+#include "gp_region.h"
 
 typedef CUresult (*gpa_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static gpa_t gpa;
@@ -23,13 +28,14 @@ static void *lib;
 static int mode_dlsym;
 static cuuint64_t flags;
 
-static void *get(const char *name, const char *versioned) {
+static void *get_v(const char *name, const char *versioned, int version) {
     void *p = NULL;
     if (mode_dlsym) return dlsym(lib, versioned);
     CUdriverProcAddressQueryResult st;
-    if (gpa(name, &p, 12000, flags, &st) != CUDA_SUCCESS) return NULL;
+    if (gpa(name, &p, version, flags, &st) != CUDA_SUCCESS) return NULL;
     return p;
 }
+static void *get(const char *name, const char *versioned) { return get_v(name, versioned, 12000); }
 
 
 static CUresult (*p_init)(unsigned);
@@ -73,6 +79,12 @@ static CUresult (*p_gexecdel)(CUgraphExec);
 static CUresult (*p_gtrim)(CUdevice);
 static CUresult (*p_mipmap)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
 static CUresult (*p_mipdel)(CUmipmappedArray);
+static CUresult (*p_gaddnode3)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                               size_t, CUgraphNodeParams *);
+static CUresult (*p_screate)(CUstream *, unsigned);
+static CUresult (*p_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult (*p_unmap)(CUdeviceptr, size_t);
+static CUresult (*p_poolcreate)(CUmemoryPool *, const CUmemPoolProps *);
 
 static void resolve(void) {
     p_init = get("cuInit", "cuInit");
@@ -112,6 +124,12 @@ static void resolve(void) {
     p_gtrim = get("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim");
     p_mipmap = get("cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
     p_mipdel = get("cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy");
+    /* As a CUDA 13.5 runtime asks: the driver maps the name to its _v3. */
+    p_gaddnode3 = get_v("cuGraphAddNode", "cuGraphAddNode_v3", 13050);
+    p_screate = get("cuStreamCreate", "cuStreamCreate");
+    p_map = get("cuMemMap", "cuMemMap");
+    p_unmap = get("cuMemUnmap", "cuMemUnmap");
+    p_poolcreate = get("cuMemPoolCreate", "cuMemPoolCreate");
 }
 
 static uint64_t now_ns(void) {
@@ -120,17 +138,28 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static CUresult launch_one(const char *kind, uint64_t *dur) {
+static CUresult launch_one(const char *kind, uint64_t *dur, CUstream s) {
     void *params[1] = {dur};
     if (strcmp(kind, "ex") == 0) {
         CUlaunchConfig c;
         memset(&c, 0, sizeof c);
         c.gridDimX = c.gridDimY = c.gridDimZ = c.blockDimX = c.blockDimY = c.blockDimZ = 1;
+        c.hStream = s;
         return p_launchex(&c, NULL, params, NULL);
     }
-    if (strcmp(kind, "coop") == 0) return p_coop(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params);
-    if (strcmp(kind, "graph") == 0) return p_graph((CUgraphExec)(void *)dur, NULL);
-    return p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+    if (strcmp(kind, "coop") == 0) return p_coop(NULL, 1, 1, 1, 1, 1, 1, 0, s, params);
+    if (strcmp(kind, "graph") == 0) return p_graph((CUgraphExec)(void *)dur, s);
+    return p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+
+/* n created streams (at most 64), made once and kept: NULL-terminated use of the first n. */
+static CUstream g_streams[64];
+static int g_nstreams;
+static int streams(int n) {
+    if (n > 64) n = 64;
+    while (g_nstreams < n)
+        if (p_screate(&g_streams[g_nstreams++], 0)) return -1;
+    return n;
 }
 
 struct thr {
@@ -146,6 +175,32 @@ static void *thr_alloc(void *a) {
     p_setcur(c);
     CUdeviceptr p;
     t->ok = p_alloc(&p, t->bytes) == CUDA_SUCCESS;
+    return NULL;
+}
+
+/* capturethread: another thread captures its own stream in GLOBAL mode meanwhile. */
+struct capt {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int began, go_end;
+    CUresult rc;
+    CUcontext ctx;
+};
+static void *capture_thread(void *arg) {
+    struct capt *k = arg;
+    CUstream s = NULL;
+    CUgraph g = NULL;
+    p_setcur(k->ctx);
+    CUresult rc = p_screate(&s, 0);
+    if (!rc) rc = p_capbegin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    pthread_mutex_lock(&k->m);
+    k->began = 1;
+    k->rc = rc;
+    pthread_cond_broadcast(&k->c);
+    while (!k->go_end) pthread_cond_wait(&k->c, &k->m);
+    pthread_mutex_unlock(&k->m);
+    if (!rc) rc = p_capend(s, &g);
+    k->rc = rc;
     return NULL;
 }
 
@@ -182,8 +237,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     char line[512];
     while (fgets(line, sizeof line, stdin)) {
-        char cmd[64] = "", a[64] = "", b[64] = "", c[64] = "";
-        sscanf(line, "%63s %63s %63s %63s", cmd, a, b, c);
+        char cmd[64] = "", a[64] = "", b[64] = "", c[64] = "", dd[64] = "";
+        sscanf(line, "%63s %63s %63s %63s %63s", cmd, a, b, c, dd);
         unsigned long long x = strtoull(a, NULL, 0), y = strtoull(b, NULL, 0), z = strtoull(c, NULL, 0);
         CUresult rc = 0;
         if (!strcmp(cmd, "init")) {
@@ -199,6 +254,13 @@ int main(int argc, char **argv) {
             printf("ok %d\n", (int)getpid());
         } else if (!strcmp(cmd, "whois")) {
             void *p = get(a, b[0] ? b : a);
+            Dl_info i;
+            if (p && dladdr(p, &i))
+                printf("ok %s %s\n", i.dli_fname, i.dli_sname ? i.dli_sname : "?");
+            else
+                printf("err none\n");
+        } else if (!strcmp(cmd, "whoisv")) { /* whoisv NAME VERSION: as a runtime of VERSION asks */
+            void *p = get_v(a, a, (int)y);
             Dl_info i;
             if (p && dladdr(p, &i))
                 printf("ok %s %s\n", i.dli_fname, i.dli_sname ? i.dli_sname : "?");
@@ -237,11 +299,30 @@ int main(int argc, char **argv) {
             CUmemAllocationProp prop;
             memset(&prop, 0, sizeof prop);
             prop.type = 1;
-            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prop.location.type = c[0] ? (int)z : CU_MEM_LOCATION_TYPE_DEVICE; /* vmm BYTES DEV [TYPE] */
             prop.location.id = (int)y;
             CUmemGenericAllocationHandle h;
             rc = p_create(&h, x, &prop, 0);
             if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)h);
+        } else if (!strcmp(cmd, "map")) { /* map VA BYTES HANDLE */
+            rc = p_map(x, y, 0, z, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "unmap")) { /* unmap VA BYTES */
+            rc = p_unmap(x, y);
+            if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "poolcreate")) { /* poolcreate LOCATION_TYPE ID: ok POOL */
+            CUmemPoolProps pp;
+            memset(&pp, 0, sizeof pp);
+            pp.allocType = 1;
+            pp.location.type = (int)x;
+            pp.location.id = (int)y;
+            CUmemoryPool pool;
+            rc = p_poolcreate(&pool, &pp);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)pool);
+        } else if (!strcmp(cmd, "poolalloc")) { /* poolalloc POOL BYTES: ok PTR */
+            CUdeviceptr p = 0;
+            rc = p_pool(&p, y, (CUmemoryPool)(uintptr_t)x, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)p);
         } else if (!strcmp(cmd, "release")) {
             rc = p_release(x);
             if (rc) printf("err %d\n", rc); else printf("ok\n");
@@ -272,13 +353,16 @@ int main(int argc, char **argv) {
             if (rc) printf("err %d\n", rc); else printf("ok\n");
         } else if (!strcmp(cmd, "launch")) { /* launch NS COUNT KIND */
             uint64_t dur = x;
-            for (unsigned long long i = 0; i < y && !rc; i++) rc = launch_one(c[0] ? c : "kernel", &dur);
+            for (unsigned long long i = 0; i < y && !rc; i++) rc = launch_one(c[0] ? c : "kernel", &dur, NULL);
             if (!rc) rc = p_sync();
             if (rc) printf("err %d\n", rc); else printf("ok\n");
-        } else if (!strcmp(cmd, "launchfor")) { /* launchfor NS MILLISECONDS KIND */
+        } else if (!strcmp(cmd, "launchfor")) {
+            /* launchfor NS MILLISECONDS KIND [STREAMS]: round robin over STREAMS new streams */
             uint64_t dur = x, end = now_ns() + y * 1000000ull, n = 0;
+            int ns = dd[0] ? streams(atoi(dd)) : 0;
+            if (ns < 0) { printf("err streams\n"); continue; }
             while (now_ns() < end && !rc) {
-                rc = launch_one(c[0] ? c : "kernel", &dur);
+                rc = launch_one(c[0] ? c : "kernel", &dur, ns ? g_streams[n % (uint64_t)ns] : NULL);
                 n++;
             }
             if (!rc) rc = p_sync();
@@ -354,6 +438,68 @@ int main(int argc, char **argv) {
             if (!rc) rc = p_capend(NULL, &g);
             if (!rc) rc = arc;
             if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
+        } else if (!strcmp(cmd, "capturekernels")) {
+            /* capturekernels N NS MODE: N kernels of NS captured on a new stream (on the
+             * per-thread default stream in ptsz mode) in capture MODE, instantiated: ok EXEC */
+            CUstream s = NULL;
+            CUgraph g = NULL;
+            uint64_t dur = y;
+            void *params[1] = {&dur};
+            if (flags == CU_GET_PROC_ADDRESS_DEFAULT && (rc = p_screate(&s, 0))) {
+                printf("err %d\n", rc);
+                continue;
+            }
+            rc = p_capbegin(s, (int)z);
+            for (unsigned long long i = 0; i < x && !rc; i++)
+                rc = p_launch(NULL, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+            CUresult erc = p_capend(s, &g);
+            if (!rc) rc = erc;
+            CUgraphExec e = NULL;
+            if (!rc) rc = p_ginst(&e, g, 0);
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)e);
+        } else if (!strcmp(cmd, "capturethread")) {
+            /* capturethread N NS: while another thread holds a GLOBAL-mode capture of its own
+             * stream, this one launches N kernels of NS on a stream of its own; ok = the
+             * capture's end result (0: the capture survived) */
+            struct capt k = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL};
+            CUcontext cur = NULL;
+            CUresult (*getcur)(CUcontext *) = get("cuCtxGetCurrent", "cuCtxGetCurrent");
+            getcur(&cur);
+            k.ctx = cur;
+            int ns = streams(1);
+            pthread_t t;
+            pthread_create(&t, NULL, capture_thread, &k);
+            pthread_mutex_lock(&k.m);
+            while (!k.began) pthread_cond_wait(&k.c, &k.m);
+            pthread_mutex_unlock(&k.m);
+            uint64_t dur = y;
+            for (unsigned long long i = 0; i < x && !rc && ns > 0; i++) rc = launch_one("kernel", &dur, g_streams[0]);
+            pthread_mutex_lock(&k.m);
+            k.go_end = 1;
+            pthread_cond_broadcast(&k.c);
+            pthread_mutex_unlock(&k.m);
+            pthread_join(t, NULL);
+            if (rc) printf("err %d\n", rc); else printf("ok %d\n", k.rc);
+        } else if (!strcmp(cmd, "glaunchfor")) { /* glaunchfor EXEC MILLISECONDS */
+            uint64_t end = now_ns() + y * 1000000ull, n = 0;
+            while (now_ns() < end && !rc) {
+                rc = p_graph((CUgraphExec)(uintptr_t)x, NULL);
+                n++;
+            }
+            if (!rc) rc = p_sync();
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)n);
+        } else if (!strcmp(cmd, "graphaddnode3")) { /* graphaddnode3 BYTES: through the _v3 */
+            CUgraph g = NULL;
+            if ((rc = p_gcreate(&g, 0))) { printf("err %d\n", rc); continue; }
+            CUgraphNodeParams np;
+            memset(&np, 0, sizeof np);
+            np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            np.u.alloc.poolProps.allocType = 1;
+            np.u.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            np.u.alloc.bytesize = x;
+            CUgraphNode node;
+            rc = p_gaddnode3 ? p_gaddnode3(&node, g, NULL, NULL, 0, &np) : CUDA_ERROR_NOT_FOUND;
+            if (rc) printf("err %d\n", rc); else printf("ok %llu\n", (unsigned long long)(uintptr_t)g);
         } else if (!strcmp(cmd, "instantiate")) {
             CUgraphExec e;
             rc = p_ginst(&e, (CUgraph)(uintptr_t)x, 0);
@@ -381,6 +527,30 @@ int main(int argc, char **argv) {
         } else if (!strcmp(cmd, "destroymipmap")) {
             rc = p_mipdel((CUmipmappedArray)(uintptr_t)x);
             if (rc) printf("err %d\n", rc); else printf("ok\n");
+        } else if (!strcmp(cmd, "callsym")) { /* callsym NAME: dlsym it and call it bare */
+            int (*f)(void) = (int (*)(void))dlsym(lib, a);
+            if (!f) printf("err nosym\n"); else printf("ok %d\n", f());
+        } else if (!strcmp(cmd, "poke")) {
+            /* poke OFFSET VALUE: what a job might do to raise its own limit: write VALUE at
+             * OFFSET of $GPUPOOL_CUDA_REGION, and at dev[0].mem_limit of its limits part.
+             * ok R L: 1 where the write happened, else the errno of the refusal. */
+            const char *rp = getenv("GPUPOOL_CUDA_REGION");
+            char lp[4200];
+            snprintf(lp, sizeof lp, "%s.limits", rp ? rp : "");
+            int res[2] = {0, 0};
+            const char *paths[2] = {rp ? rp : "", lp};
+            size_t offs[2] = {(size_t)x, offsetof(struct gp_region, dev[0].mem_limit)};
+            for (int k = 0; k < 2; k++) {
+                int fd = open(paths[k], O_RDWR);
+                if (fd < 0) { res[k] = errno; continue; }
+                void *m = mmap(NULL, offs[k] + 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                close(fd);
+                if (m == MAP_FAILED) { res[k] = errno; continue; }
+                *(volatile uint64_t *)((char *)m + offs[k]) = y;
+                munmap(m, offs[k] + 8);
+                res[k] = 1;
+            }
+            printf("ok %d %d\n", res[0], res[1]);
         } else if (!strcmp(cmd, "exit")) {
             printf("ok\n");
             return 0;

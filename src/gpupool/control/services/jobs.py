@@ -365,10 +365,12 @@ class JobService:
                             "gpupool queue or gpupool history"
                         )
                         continue
-                if not item.queue_anyway:
-                    refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec)
-                    if refusal is None:
-                        refusal = quota_refusal(s, item.tenant, spec, quotas)
+                room = envelopes(self.cp).get(s, spec.pool)
+                refusal = room.image_refusal(spec)  # containers: the allowlist, always
+                if refusal is not None or not item.queue_anyway:
+                    refusal = (
+                        refusal or room.refusal(spec) or quota_refusal(s, item.tenant, spec, quotas)
+                    )
                     if refusal is not None:
                         outcomes[n] = Invalid(refusal)
                         continue

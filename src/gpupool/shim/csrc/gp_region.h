@@ -1,6 +1,16 @@
-/* The budget region of one replica: a file the agent creates before launch and every process of
- * the replica maps (MAP_SHARED). It holds the slice's limits per device UUID and one usage slot
- * per attached process; the sum over live slots is the replica's usage.
+/* The budget region of one replica: two files the agent creates before launch, mapped
+ * (MAP_SHARED) next to each other as one struct gp_region by every process of the replica:
+ *
+ *  - the *limits* part (the first GP_SPLIT bytes: the slice per device UUID, the label, the
+ *    flags), file "<region>.limits", owned by the agent and mode 0644: a job maps it read-only
+ *    from a descriptor opened O_RDONLY, so it can neither write it nor mprotect it writable,
+ *    and only the agent changes it (live resize);
+ *  - the *usage* part (the rest: the lock, the pacing buckets, one usage slot per attached
+ *    process), the file GPUPOOL_CUDA_REGION names, handed to the job's account (0600): its
+ *    processes write their own usage there. What a job writes there can only hide usage, never
+ *    raise a limit; the agent cross-checks it with NVML's per-process memory.
+ *
+ * The sum over live slots is the replica's usage.
  *
  * Words: a *slot* is one attached process's row (pid, start time, bytes used per device); a
  * *dead* slot is one whose process is gone (or whose pid was reused: the start time differs);
@@ -19,9 +29,10 @@
 #include <sys/types.h>
 
 #define GP_REGION_MAGIC 0x4e4f494745525047ULL /* "GPREGION" little-endian */
-#define GP_REGION_VERSION 1u
+#define GP_REGION_VERSION 3u
+#define GP_SPLIT 65536u /* bytes of the limits part: a page on every Linux (4, 16 or 64 KiB) */
 #define GP_MAX_DEVICES 16
-#define GP_MAX_SLOTS 128
+#define GP_MAX_SLOTS 1024 /* processes of one replica using CUDA at once (claimed at first use) */
 #define GP_LABEL_LEN 64
 
 /* Region flags (header). */
@@ -30,6 +41,7 @@
 /* Device flags. */
 #define GP_DEV_SPILL 0x1u /* an allocation over physical free memory is served from managed memory */
 
+/* A device's limits (the limits part: the agent writes them, jobs only read). */
 struct gp_device {
     uint8_t uuid[16];
     _Atomic uint64_t mem_limit;       /* bytes the replica may hold on this device */
@@ -38,9 +50,13 @@ struct gp_device {
     _Atomic uint32_t sm_spare;        /* permille lent on top while the device is otherwise idle */
     _Atomic uint32_t flags;           /* GP_DEV_* */
     uint32_t pad0;
-    _Atomic int64_t tokens_ns;        /* pacing bucket: SM time (ns) the replica may still use */
-    _Atomic uint64_t refill_ns;       /* CLOCK_MONOTONIC of the bucket's last refill */
-    uint8_t reserved[48];
+    uint8_t reserved[64];
+};
+
+/* A device's pacing bucket (the usage part: every process of the replica writes it). */
+struct gp_bucket {
+    _Atomic int64_t tokens_ns;  /* SM time (ns) the replica may still use */
+    _Atomic uint64_t refill_ns; /* CLOCK_MONOTONIC of the bucket's last refill */
 };
 
 struct gp_slot {
@@ -54,20 +70,30 @@ struct gp_slot {
 };
 
 struct gp_region {
-    uint64_t magic;
-    uint32_t version;
-    uint32_t size; /* bytes of this struct, a layout check */
-    uint32_t ndev;
-    uint32_t nslots;
-    _Atomic uint32_t flags;
-    _Atomic uint32_t slot_hwm;   /* 1 + the highest slot index ever claimed: scans stop there */
-    _Atomic uint64_t generation; /* bumped on every change of limits */
-    char label[GP_LABEL_LEN];   /* the slice's name, for messages ("job 42 replica 0") */
+    union { /* the limits part: file "<region>.limits", read-only in jobs */
+        struct {
+            uint64_t magic;
+            uint32_t version;
+            uint32_t size; /* bytes of this struct, a layout check */
+            uint32_t ndev;
+            uint32_t nslots;
+            _Atomic uint32_t flags;
+            uint32_t pad1;
+            _Atomic uint64_t generation; /* bumped on every change of limits */
+            char label[GP_LABEL_LEN];   /* the slice's name, for messages ("job 42 replica 0") */
+            struct gp_device dev[GP_MAX_DEVICES];
+        };
+        uint8_t limits_part[GP_SPLIT];
+    };
+    /* the usage part: the file GPUPOOL_CUDA_REGION names, written by the job's processes */
+    uint64_t usage_magic;
+    uint32_t usage_size; /* bytes of the usage part, a layout check */
+    _Atomic uint32_t slot_hwm; /* 1 + the highest slot index ever claimed: scans stop there */
     union {
         pthread_mutex_t mutex;
         uint8_t raw[64];
     } lock;
-    struct gp_device dev[GP_MAX_DEVICES];
+    struct gp_bucket bucket[GP_MAX_DEVICES];
     struct gp_slot slot[GP_MAX_SLOTS];
 };
 
@@ -98,7 +124,8 @@ GP_EXPORT int gp_region_create(const char *path, const char *label, uint32_t nde
                                const uint8_t *uuids, const uint64_t *mem_limits,
                                const uint32_t *sm_shares, const uint64_t *context_reserves,
                                uint32_t dev_flags, uint32_t region_flags);
-GP_EXPORT struct gp_region *gp_region_map(const char *path, int *err);
+GP_EXPORT struct gp_region *gp_region_map(const char *path, int *err); /* the agent: both parts */
+struct gp_region *gp_region_map_job(const char *path, int *err); /* a job: limits read-only */
 GP_EXPORT void gp_region_unmap(struct gp_region *r);
 GP_EXPORT int gp_region_set_limit(struct gp_region *r, uint32_t dev, uint64_t bytes);
 GP_EXPORT int gp_region_set_share(struct gp_region *r, uint32_t dev, uint32_t permille);

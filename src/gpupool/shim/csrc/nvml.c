@@ -79,7 +79,7 @@ __attribute__((constructor)) static void nvml_init(void) {
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
         int err = 0;
-        g_region = gp_region_map(rp, &err);
+        g_region = gp_region_map_job(rp, &err);
     }
 }
 

@@ -4,6 +4,7 @@
 #include "gp_region.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,10 @@
 #include <unistd.h>
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t does not fit the lock field");
+_Static_assert(offsetof(struct gp_region, usage_magic) == GP_SPLIT, "the limits part is not GP_SPLIT");
+
+#define GP_USAGE_MAGIC 0x45474153555047ULL /* "GPUSAGE" */
+#define GP_USAGE_SIZE (sizeof(struct gp_region) - GP_SPLIT)
 
 uint32_t gp_region_abi_size(void) { return (uint32_t)sizeof(struct gp_region); }
 
@@ -44,6 +49,33 @@ uint64_t gp_proc_start_ticks(pid_t pid) {
     return proc_stat(pid, &state);
 }
 
+/* Writes bytes to path through a temporary name (mode as given, umask aside). 0 or -errno. */
+static int write_whole(const char *path, const char *p, size_t left, mode_t mode) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, mode);
+    if (fd < 0) return -errno;
+    while (left) {
+        ssize_t n = write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return -e;
+        }
+        p += n;
+        left -= (size_t)n;
+    }
+    if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
 int gp_region_create(const char *path, const char *label, uint32_t ndev, const uint8_t *uuids,
                      const uint64_t *mem_limits, const uint32_t *sm_shares,
                      const uint64_t *context_reserves, uint32_t dev_flags, uint32_t region_flags) {
@@ -71,69 +103,72 @@ int gp_region_create(const char *path, const char *label, uint32_t ndev, const u
     pthread_mutex_init(&r->lock.mutex, &a);
     pthread_mutexattr_destroy(&a);
 
-    /* Written to a temporary name and renamed, so a process never maps a half-written region. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+    r->usage_magic = GP_USAGE_MAGIC;
+    r->usage_size = (uint32_t)GP_USAGE_SIZE;
+    /* The limits first (the agent's, 0644: jobs read them), then the usage part (0600, handed
+     * to the job's account); each written to a temporary name and renamed, so a process never
+     * maps a half-written one. */
+    char limits[4096];
+    if (snprintf(limits, sizeof limits, "%s.limits", path) >= (int)sizeof limits) {
         free(r);
         return -ENAMETOOLONG;
     }
-    int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        free(r);
-        return -errno;
-    }
-    const char *p = (const char *)r;
-    size_t left = sizeof *r;
-    while (left) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(r);
-            return -e;
-        }
-        p += n;
-        left -= (size_t)n;
-    }
+    int rc = write_whole(limits, (const char *)r, GP_SPLIT, 0644);
+    if (rc == 0) rc = write_whole(path, (const char *)r + GP_SPLIT, GP_USAGE_SIZE, 0600);
+    if (rc != 0) unlink(limits);
     free(r);
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
+    return rc;
 }
 
-struct gp_region *gp_region_map(const char *path, int *err) {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        *err = -errno;
-        return NULL;
-    }
+/* Maps fd's first bytes at addr (MAP_FIXED inside a reservation); 0 or -errno. */
+static int map_at(void *addr, size_t bytes, int prot, const char *path, int flags) {
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) return -errno;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct gp_region)) {
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < bytes) {
         close(fd);
-        *err = -EPROTO;
+        return -EPROTO;
+    }
+    void *m = mmap(addr, bytes, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+    int e = errno;
+    close(fd);
+    return m == MAP_FAILED ? -e : 0;
+}
+
+/* Both parts, next to each other: the limits writable only when `agent`. */
+static struct gp_region *map_region(const char *path, int agent, int *err) {
+    char limits[4096];
+    if (snprintf(limits, sizeof limits, "%s.limits", path) >= (int)sizeof limits) {
+        *err = -ENAMETOOLONG;
         return NULL;
     }
-    void *m = mmap(NULL, sizeof(struct gp_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) {
+    void *base = mmap(NULL, sizeof(struct gp_region), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
         *err = -errno;
         return NULL;
     }
-    struct gp_region *r = m;
-    if (r->magic != GP_REGION_MAGIC || r->version != GP_REGION_VERSION ||
-        r->size != sizeof(struct gp_region) || r->ndev > GP_MAX_DEVICES) {
-        munmap(m, sizeof(struct gp_region));
-        *err = -EPROTO;
+    int rc = map_at(base, GP_SPLIT, agent ? PROT_READ | PROT_WRITE : PROT_READ, limits,
+                    agent ? O_RDWR : O_RDONLY);
+    if (rc == -ENOENT && access(path, F_OK) == 0) rc = -EPROTO; /* one file: an older region */
+    if (rc == 0)
+        rc = map_at((char *)base + GP_SPLIT, GP_USAGE_SIZE, PROT_READ | PROT_WRITE, path, O_RDWR);
+    struct gp_region *r = base;
+    if (rc == 0 && (r->magic != GP_REGION_MAGIC || r->version != GP_REGION_VERSION ||
+                    r->size != sizeof(struct gp_region) || r->ndev > GP_MAX_DEVICES ||
+                    r->usage_magic != GP_USAGE_MAGIC || r->usage_size != GP_USAGE_SIZE))
+        rc = -EPROTO;
+    if (rc != 0) {
+        munmap(base, sizeof(struct gp_region));
+        *err = rc;
         return NULL;
     }
     *err = 0;
     return r;
 }
+
+struct gp_region *gp_region_map(const char *path, int *err) { return map_region(path, 1, err); }
+
+struct gp_region *gp_region_map_job(const char *path, int *err) { return map_region(path, 0, err); }
 
 void gp_region_unmap(struct gp_region *r) {
     if (r) munmap(r, sizeof *r);

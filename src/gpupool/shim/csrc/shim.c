@@ -28,6 +28,7 @@
 
 #include "gp_cuda.h"
 #include "gp_region.h"
+#include "gp_shim.h"
 
 #define GP_API __attribute__((visibility("default")))
 
@@ -59,63 +60,76 @@ static struct {
                                           const CUgraphNode **, const CUgraphEdgeData **, size_t *);
     CUresult (*cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *,
                                                       CUmipmappedArray, CUdevice);
+    CUresult (*cuStreamIsCapturing)(CUstream, int *);
 } R;
 
 /* The hooks: exported name, the API name a cuGetProcAddress caller asks for, the first CUDA
- * version that maps that name to this variant, the stream flavour (1: per-thread default
- * stream), and whether the name rule may pick it (0: only an exact pointer match). The
- * cuCtxCreate variants differ in signature and the version that maps the name to each is the
- * driver's to say, so they are never guessed: a wrong guess would call with the wrong
- * arguments, a missed one only skips the context reserve. */
+ * version that maps that name to this variant, and the stream flavour (1: per-thread default
+ * stream). A variant picked by name and version is handed out only once the driver confirms it
+ * (see lookup_hook): a wrong guess would call with the wrong arguments. */
 #define GP_HOOKS(X)                                                  \
-    X(cuInit, "cuInit", 2000, 0, 1)                                  \
-    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0, 1)             \
-    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, 1)          \
-    X(cuMemAlloc_v2, "cuMemAlloc", 3020, 0, 1)                       \
-    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0, 1)             \
-    X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0, 1)            \
-    X(cuMemFree_v2, "cuMemFree", 3020, 0, 1)                         \
-    X(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0, 1)               \
-    X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1, 1)          \
-    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0, 1) \
-    X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 1, 1) \
-    X(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, 1)                 \
-    X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1, 1)            \
-    X(cuMemCreate, "cuMemCreate", 10020, 0, 1)                       \
-    X(cuMemRelease, "cuMemRelease", 10020, 0, 1)                     \
-    X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0, 1)                 \
-    X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0, 1)             \
-    X(cuArrayDestroy, "cuArrayDestroy", 2000, 0, 1)                  \
-    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0, 0)                     \
-    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0, 0)                    \
-    X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0, 0)                    \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0, 1) \
-    X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0, 1)                   \
-    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0, 1)           \
-    X(cuLaunchKernel, "cuLaunchKernel", 4000, 0, 1)                  \
-    X(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1, 1)             \
-    X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0, 1)             \
-    X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1, 1)        \
-    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0, 1) \
-    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1, 1) \
-    X(cuGraphLaunch, "cuGraphLaunch", 10000, 0, 1)                   \
-    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1, 1)              \
-    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0, 1) \
-    X(cuGraphAddNode, "cuGraphAddNode", 12020, 0, 1)                 \
-    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030, 0, 0)              \
-    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0, 1) \
-    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0, 1) \
-    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, 1, 1) \
-    X(cuGraphUpload, "cuGraphUpload", 11010, 0, 1)                   \
-    X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, 1, 1)              \
-    X(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0, 1)         \
-    X(cuGraphDestroy, "cuGraphDestroy", 10000, 0, 1)                 \
-    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0, 1)     \
-    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0, 1)  \
-    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0, 1)
+    X(cuInit, "cuInit", 2000, 0)                                  \
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0)             \
+    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0)          \
+    X(cuMemAlloc_v2, "cuMemAlloc", 3020, 0)                       \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)             \
+    X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)            \
+    X(cuMemFree_v2, "cuMemFree", 3020, 0)                         \
+    X(cuMemAllocAsync, "cuMemAllocAsync", 11020, 0)               \
+    X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, 1)          \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, 0) \
+    X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, 1) \
+    X(cuMemFreeAsync, "cuMemFreeAsync", 11020, 0)                 \
+    X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, 1)            \
+    X(cuMemCreate, "cuMemCreate", 10020, 0)                       \
+    X(cuMemRelease, "cuMemRelease", 10020, 0)                     \
+    X(cuMemMap, "cuMemMap", 10020, 0)                             \
+    X(cuMemUnmap, "cuMemUnmap", 10020, 0)                         \
+    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)               \
+    X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020, 0) \
+    X(cuDeviceGetMemPool, "cuDeviceGetMemPool", 11020, 0)         \
+    X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0)                 \
+    X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0)             \
+    X(cuArrayDestroy, "cuArrayDestroy", 2000, 0)                  \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                     \
+    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)                    \
+    X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0)                    \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0) \
+    X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)                   \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)           \
+    X(cuLaunchKernel, "cuLaunchKernel", 4000, 0)                  \
+    X(cuLaunchKernel_ptsz, "cuLaunchKernel", 7000, 1)             \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)             \
+    X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1)        \
+    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0) \
+    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1) \
+    X(cuGraphLaunch, "cuGraphLaunch", 10000, 0)                   \
+    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1)              \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0) \
+    X(cuGraphAddNode, "cuGraphAddNode", 12020, 0)                 \
+    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030, 0)              \
+    X(cuGraphAddNode_v3, "cuGraphAddNode", 13040, 0)                 \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, 0) \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, 0) \
+    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, 1) \
+    X(cuGraphUpload, "cuGraphUpload", 11010, 0)                   \
+    X(cuGraphUpload_ptsz, "cuGraphUpload", 11010, 1)              \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0)         \
+    X(cuGraphDestroy, "cuGraphDestroy", 10000, 0)                 \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, 0)     \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)  \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, 0) \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture", 10000, 0)     \
+    X(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 10000, 1) \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, 0)  \
+    X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, 1) \
+    X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 12030, 0) \
+    X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 12030, 1) \
+    X(cuStreamEndCapture, "cuStreamEndCapture", 10000, 0)         \
+    X(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 10000, 1)
 
 enum {
-#define X(n, b, v, p, r) H_##n,
+#define X(n, b, v, p) H_##n,
     GP_HOOKS(X)
 #undef X
         H_COUNT
@@ -126,17 +140,16 @@ struct gp_hook {
     const char *base;
     int version;
     int per_thread;
-    int by_name;
     void *hook;
     void *real;
 };
 
-#define X(n, b, v, p, r) GP_API CUresult n();
+#define X(n, b, v, p) GP_API CUresult n();
 GP_HOOKS(X)
 #undef X
 
 static struct gp_hook g_hooks[H_COUNT] = {
-#define X(n, b, v, p, r) {#n, b, v, p, r, (void *)n, NULL},
+#define X(n, b, v, p) {#n, b, v, p, (void *)n, NULL},
     GP_HOOKS(X)
 #undef X
 };
@@ -145,9 +158,9 @@ static struct gp_hook g_hooks[H_COUNT] = {
 
 /* ---------------------------------------------------------------- state */
 
-static struct gp_region *g_region; /* NULL: no slice, pass through */
+struct gp_region *g_region; /* NULL: no slice, pass through */
 static int g_region_error;        /* GPUPOOL_CUDA_REGION named a region that cannot be used */
-static int g_slot = -1;
+int g_slot = -1;
 static pid_t g_slot_pid;
 static pid_t g_pid; /* this process's pid, renewed after fork (getpid() is a system call) */
 static atomic_int g_ready;
@@ -163,8 +176,7 @@ static uint64_t g_graph_charged[GP_MAX_DEVICES];
 static atomic_int g_graph_seen;
 static pthread_mutex_t g_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void gp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void gp_log(const char *fmt, ...) {
+void gp_log(const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -178,7 +190,7 @@ static void gp_log(const char *fmt, ...) {
     (void)w;
 }
 
-static uint64_t mono_ns(void) {
+uint64_t gp_mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -192,6 +204,7 @@ enum {
     K_ARRAY = 3,
     K_POOL = 4,    /* counted through its pool */
     K_MIPMAP = 5,
+    K_VMAP = 6,    /* a VMM mapping at a virtual address: bytes holds its handle */
     K_GRAPH = 16,  /* + di: a graph's alloc-node bytes on device di (an estimate, not charged) */
     K_GEXEC = 48,  /* + di: the same for an instantiated graph */
 };
@@ -202,6 +215,8 @@ struct gp_entry {
     int di;
     int kind;
     int spilled;
+    int maps;     /* K_VMM: mappings of the handle (cuMemMap) not yet unmapped */
+    int released; /* K_VMM: cuMemRelease was called; freed once maps is 0 too */
 };
 #define GP_BUCKETS 4096
 static struct gp_entry *g_table[GP_BUCKETS];
@@ -220,6 +235,7 @@ static void table_put(uint64_t key, int kind, uint64_t bytes, int di, int spille
     e->bytes = bytes;
     e->di = di;
     e->spilled = spilled;
+    e->maps = e->released = 0;
     pthread_mutex_lock(&g_table_lock);
     unsigned b = bucket(key, kind);
     e->next = g_table[b];
@@ -270,17 +286,22 @@ static void ensure_slot(void) {
     pthread_mutex_unlock(&g_slot_lock);
 }
 
+/* A slot with this pid and start time is a previous image's (before exec): exec freed its
+ * memory, so its usage goes (at load, before this image uses CUDA at all). */
+static void release_previous_image(void) {
+    pid_t me = g_pid;
+    uint64_t st = gp_proc_start_ticks(me);
+    uint32_t n = atomic_load(&g_region->slot_hwm);
+    for (uint32_t i = 0; i < n && i < GP_MAX_SLOTS; i++) {
+        if (atomic_load(&g_region->slot[i].pid) == me &&
+            atomic_load(&g_region->slot[i].start_ticks) == st)
+            gp_region_release(g_region, (int)i);
+    }
+}
+
 static void ensure_slot_locked(void) {
     if (g_slot >= 0 && g_slot_pid == g_pid) return;
     pid_t me = g_pid;
-    /* A slot with this pid and start time is a previous image's (before exec): exec freed its
-     * memory, so its usage goes; the new image claims a clean slot. */
-    uint64_t st = gp_proc_start_ticks(me);
-    for (int i = 0; i < GP_MAX_SLOTS; i++) {
-        if (atomic_load(&g_region->slot[i].pid) == me &&
-            atomic_load(&g_region->slot[i].start_ticks) == st)
-            gp_region_release(g_region, i);
-    }
     g_slot = gp_region_claim(g_region, me);
     g_slot_pid = me;
     if (g_slot < 0) gp_log("gpupool: no free usage slot in %s: %d processes attached already", g_region->label, GP_MAX_SLOTS);
@@ -309,7 +330,7 @@ static int dev_index(CUdevice d) {
     return found;
 }
 
-static int current_dev(CUdevice *dev) {
+int gp_current_dev(CUdevice *dev) {
     CUdevice d = 0;
     if (!R.cuCtxGetDevice || R.cuCtxGetDevice(&d) != CUDA_SUCCESS) return -1;
     if (dev) *dev = d;
@@ -391,10 +412,13 @@ static void release_entry(struct gp_entry *e) {
 
 /* ---------------------------------------------------------------- init */
 
+/* Where the façade looks for the real driver when GPUPOOL_REAL_LIBCUDA is unset (the agent
+ * always sets it, from shim/locate.py, which also asks LD_LIBRARY_PATH and ldconfig). */
 static const char *const g_driver_paths[] = {
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
     "/usr/lib64/libcuda.so.1", "/usr/lib/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
-    "/usr/lib/wsl/lib/libcuda.so.1", NULL,
+    "/usr/local/nvidia/lib/libcuda.so.1", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/run/nvidia/driver/usr/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1", NULL,
 };
 
 static void open_real_driver(void) {
@@ -434,13 +458,14 @@ void gp_forward_resolve(void *real, dlsym_fn sym); /* forward.c */
 #endif
 
 static void pool_reset_child(void);
+static void capture_reset_child(void);
 static void atfork_prepare(void) { pthread_mutex_lock(&g_table_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_table_lock); }
-static void track_reset_thread(void);
 static void atfork_child(void) {
     pthread_mutex_init(&g_table_lock, NULL);
     pthread_mutex_init(&g_slot_lock, NULL);
     pool_reset_child();
+    capture_reset_child();
     /* The parent's allocations are the parent's: the child starts with none and its own slot. */
     for (int b = 0; b < GP_BUCKETS; b++) {
         struct gp_entry *e = g_table[b];
@@ -457,7 +482,7 @@ static void atfork_child(void) {
     atomic_store(&g_graph_seen, 0);
     g_slot = -1;
     g_pid = getpid();
-    track_reset_thread();
+    gp_pace_reset_child();
 }
 
 static void resolve_dlsym(void) {
@@ -501,18 +526,20 @@ static void gp_init(void) {
     R.cuStreamGetCaptureInfo_v2 = real_sym("cuStreamGetCaptureInfo_v2");
     R.cuStreamGetCaptureInfo_v3 = real_sym("cuStreamGetCaptureInfo_v3");
     R.cuMipmappedArrayGetMemoryRequirements = real_sym("cuMipmappedArrayGetMemoryRequirements");
+    R.cuStreamIsCapturing = real_sym("cuStreamIsCapturing");
+    gp_pace_resolve(real_sym);
 
     const char *rp = getenv("GPUPOOL_CUDA_REGION");
     if (rp && *rp) {
         int err = 0;
-        g_region = gp_region_map(rp, &err);
+        g_region = gp_region_map_job(rp, &err);
         if (!g_region) {
             g_region_error = 1;
             gp_log("gpupool: cannot use the slice region GPUPOOL_CUDA_REGION=%s (%s): CUDA is "
                    "refused; the agent creates it before launch, check that the job runs under it",
                    rp, err == -EPROTO ? "not a gpupool region of this version" : strerror(-err));
         } else {
-            ensure_slot();
+            release_previous_image(); /* no slot yet: it is claimed at the first CUDA use */
         }
     }
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -523,7 +550,14 @@ static void gp_init(void) {
 #define INIT()                                                          \
     do {                                                                \
         if (!atomic_load_explicit(&g_ready, memory_order_acquire)) gp_init(); \
-        if (g_region && g_slot_pid != g_pid) ensure_slot();             \
+    } while (0)
+
+/* A process claims its slot at its first CUDA use (a context, an allocation, a launch), not when
+ * the library loads: a process that only loads the façade (a tool, a framework's import, a
+ * child that never touches the GPU) holds none and is not "attached". */
+#define CLAIM()                                                         \
+    do {                                                                \
+        if (g_region && (g_slot < 0 || g_slot_pid != g_pid)) ensure_slot(); \
     } while (0)
 
 #define NEED(n)                                                         \
@@ -564,6 +598,12 @@ typedef CUresult cuMemFreeAsync_ptsz_t(CUdeviceptr, CUstream);
 typedef CUresult cuMemCreate_t(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                                unsigned long long);
 typedef CUresult cuMemRelease_t(CUmemGenericAllocationHandle);
+typedef CUresult cuMemMap_t(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                            unsigned long long);
+typedef CUresult cuMemUnmap_t(CUdeviceptr, size_t);
+typedef CUresult cuMemPoolCreate_t(CUmemoryPool *, const CUmemPoolProps *);
+typedef CUresult cuDeviceGetDefaultMemPool_t(CUmemoryPool *, CUdevice);
+typedef CUresult cuDeviceGetMemPool_t(CUmemoryPool *, CUdevice);
 typedef CUresult cuArrayCreate_v2_t(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult cuArray3DCreate_v2_t(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 typedef CUresult cuArrayDestroy_t(CUarray);
@@ -589,6 +629,7 @@ typedef CUresult cuGraphAddNode_t(CUgraphNode *, CUgraph, const CUgraphNode *, s
                                   CUgraphNodeParams *);
 typedef CUresult cuGraphAddNode_v2_t(CUgraphNode *, CUgraph, const CUgraphNode *,
                                      const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+typedef cuGraphAddNode_v2_t cuGraphAddNode_v3_t; /* CUDA 13.4: _v2's arguments */
 typedef CUresult cuGraphInstantiateWithFlags_t(CUgraphExec *, CUgraph, unsigned long long);
 typedef CUresult cuGraphInstantiateWithParams_t(CUgraphExec *, CUgraph,
                                                 CUDA_GRAPH_INSTANTIATE_PARAMS *);
@@ -601,6 +642,15 @@ typedef CUresult cuDeviceGraphMemTrim_t(CUdevice);
 typedef CUresult cuMipmappedArrayCreate_t(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
                                           unsigned int);
 typedef CUresult cuMipmappedArrayDestroy_t(CUmipmappedArray);
+typedef CUresult cuStreamBeginCapture_t(CUstream);
+typedef cuStreamBeginCapture_t cuStreamBeginCapture_ptsz_t;
+typedef CUresult cuStreamBeginCapture_v2_t(CUstream, int);
+typedef cuStreamBeginCapture_v2_t cuStreamBeginCapture_v2_ptsz_t;
+typedef CUresult cuStreamBeginCaptureToGraph_t(CUstream, CUgraph, const CUgraphNode *,
+                                               const CUgraphEdgeData *, size_t, int);
+typedef cuStreamBeginCaptureToGraph_t cuStreamBeginCaptureToGraph_ptsz_t;
+typedef CUresult cuStreamEndCapture_t(CUstream, CUgraph *);
+typedef cuStreamEndCapture_t cuStreamEndCapture_ptsz_t;
 
 /* ---------------------------------------------------------------- entry points */
 
@@ -610,26 +660,82 @@ GP_API CUresult cuInit(unsigned int flags) {
     return REAL(cuInit)(flags);
 }
 
+/* A capture begun through a function the shim did not hook is not counted: from then on every
+ * paced launch asks the driver whether its stream captures (and another thread's GLOBAL-mode
+ * capture may go unseen: said once). */
+static atomic_int g_cap_blind;
+static void note_unhooked(const char *symbol) {
+    if (symbol && strncmp(symbol, "cuStreamBeginCapture", 20) == 0 && !atomic_exchange(&g_cap_blind, 1))
+        gp_log("gpupool: %s went out unhooked: stream captures are checked per launch from now on",
+               symbol);
+}
+
+/* The driver's pointer for symbol at version (flags as asked), or NULL. */
+static void *driver_proc(const char *symbol, int version, cuuint64_t flags) {
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (REAL(cuGetProcAddress_v2)) {
+        if (REAL(cuGetProcAddress_v2)(symbol, &p, version, flags, &st) != CUDA_SUCCESS) return NULL;
+    } else if (!REAL(cuGetProcAddress) ||
+               REAL(cuGetProcAddress)(symbol, &p, version, flags) != CUDA_SUCCESS) {
+        return NULL;
+    }
+    return p;
+}
+
+static atomic_int g_unknown_logged[H_COUNT];
+
+/* The hook to hand out for the driver's answer pfn to (symbol, version, flags), or NULL (the
+ * driver's own pointer goes out unhooked).
+ *
+ * 1. The flags first: a per-thread-default-stream request only gets a _ptsz hook where the API
+ *    has one, a legacy request never does.
+ * 2. pfn is one of the real functions the shim resolved by name: its hook, surely.
+ * 3. Else (a driver may answer with internal pointers) the hook whose variant the name and
+ *    version select, newest first, but only once the driver confirms it: asked again with
+ *    that variant's own first version it must give the same pointer, and with the next older
+ *    known variant's version another one (so the driver switches variants where the shim
+ *    thinks). A variant the shim does not know (say a CUDA 13.4 _v3 where the shim knew only
+ *    _v2) fails that: it goes out unhooked, logged once, never as a hook of another
+ *    signature. */
 static void *lookup_hook(const char *symbol, int version, cuuint64_t flags, void *pfn) {
-    /* An exact match on the pointer the driver gave is the surest. */
-    for (int i = 0; i < H_COUNT; i++)
-        if (g_hooks[i].real && g_hooks[i].real == pfn) return g_hooks[i].hook;
     int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     int has_pt = 0;
     for (int i = 0; i < H_COUNT; i++)
         if (strcmp(g_hooks[i].base, symbol) == 0 && g_hooks[i].per_thread) has_pt = 1;
+    int flavour = want_pt && has_pt;
+    for (int i = 0; i < H_COUNT; i++)
+        if (g_hooks[i].real && g_hooks[i].real == pfn && g_hooks[i].per_thread == flavour)
+            return g_hooks[i].hook;
     int best = -1;
     for (int i = 0; i < H_COUNT; i++) {
         struct gp_hook *h = &g_hooks[i];
-        if (strcmp(h->name, symbol) == 0) return h->hook; /* asked by its versioned name */
-        if (!h->by_name || strcmp(h->base, symbol) != 0 || h->version > version) continue;
-        if (h->per_thread != (want_pt && has_pt)) continue;
+        if (strcmp(h->name, symbol) == 0 && strcmp(h->name, h->base) != 0)
+            return h->hook; /* asked by its versioned name ("cuMemAlloc_v2") */
+        if (strcmp(h->base, symbol) != 0 || h->version > version || h->per_thread != flavour)
+            continue;
         if (best < 0 || h->version > g_hooks[best].version) best = i;
     }
     if (best < 0) return NULL;
+    struct gp_hook *h = &g_hooks[best];
+    int prev = -1; /* the next older variant the shim knows, of the same flavour */
+    for (int i = 0; i < H_COUNT; i++)
+        if (strcmp(g_hooks[i].base, symbol) == 0 && g_hooks[i].per_thread == flavour &&
+            g_hooks[i].version < h->version && (prev < 0 || g_hooks[i].version > g_hooks[prev].version))
+            prev = i;
+    int confirmed = (h->version == version || driver_proc(symbol, h->version, flags) == pfn) &&
+                    (prev < 0 || driver_proc(symbol, g_hooks[prev].version, flags) != pfn);
+    if (!confirmed) {
+        if (!atomic_exchange(&g_unknown_logged[best], 1))
+            gp_log("gpupool: the driver gives %s (CUDA version %d%s) a variant other than %s, "
+                   "which this shim does not know: passed through unhooked, so what it "
+                   "allocates or launches is not held to the slice; update gpupool",
+                   symbol, version, want_pt ? ", per-thread stream" : "", h->name);
+        return NULL;
+    }
     /* Never a hook as its own real function (a preload's dlsym can hand hooks back). */
-    if (!g_hooks[best].real && pfn != g_hooks[best].hook) g_hooks[best].real = pfn;
-    return g_hooks[best].hook;
+    if (!h->real && pfn != h->hook) h->real = pfn;
+    return h->hook;
 }
 
 GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -655,6 +761,7 @@ GP_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     }
     void *h = lookup_hook(symbol, version, flags, got);
     if (h) *pfn = h;
+    else note_unhooked(symbol);
     return rc;
 }
 
@@ -672,6 +779,7 @@ GP_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
     }
     void *h = lookup_hook(symbol, version, flags, got);
     if (h) *pfn = h;
+    else note_unhooked(symbol);
     return rc;
 }
 
@@ -690,7 +798,7 @@ GP_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     NEED(cuMemAlloc_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAlloc_v2)(dptr, bytes);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAlloc_v2)(dptr, bytes);
@@ -738,7 +846,7 @@ GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
     NEED(cuMemAllocPitch_v2);
     if (!g_region && !g_region_error) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t estimate = (uint64_t)width * height; /* the pitch is known only afterwards */
     CUresult rc = charge(di, estimate, 0);
     if (rc != CUDA_SUCCESS) return rc;
@@ -782,7 +890,7 @@ GP_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
 GP_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags) {
     NEED(cuMemAllocManaged);
     if (!g_region && !g_region_error) return REAL(cuMemAllocManaged)(dptr, bytes, flags);
-    int di = current_dev(NULL);
+    int di = gp_current_dev(NULL);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemAllocManaged)(dptr, bytes, flags);
@@ -816,6 +924,12 @@ struct gp_pool {
 };
 static struct gp_pool g_pools[GP_MAX_POOLS];
 static int g_npools;
+/* Where each pool the process made or looked up keeps its memory (di, or GP_NOT_DEVICE). */
+static struct {
+    CUmemoryPool pool;
+    int di;
+} g_pool_loc[4 * GP_MAX_POOLS];
+static int g_npool_loc;
 static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int pool_attr(CUmemoryPool pool, int attr, uint64_t *out) {
@@ -877,15 +991,19 @@ static CUresult fits_now(int di, uint64_t bytes) {
     return rc;
 }
 
+#define GP_NOT_DEVICE (-2) /* a location that is no device's memory (host, managed) */
+#define CU_MEM_ALLOCATION_TYPE_MANAGED 2
+static int location_di(const CUmemLocation *loc, int alloc_type);
+static int pool_loc_get(CUmemoryPool pool, int *di);
 static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t bytes,
-                            CUmemoryPool pool, CUstream stream) {
+                            CUmemoryPool pool, CUstream stream, int per_thread) {
 #define CALL_REAL()                                                                    \
     (from_pool ? ((cuMemAllocFromPoolAsync_t *)real)(dptr, bytes, pool, stream)        \
                : ((cuMemAllocAsync_t *)real)(dptr, bytes, stream))
     if (!g_region && !g_region_error) return CALL_REAL();
     CUdevice dev = 0;
-    int di = current_dev(&dev);
-    CUgraph captured = capture_graph(stream);
+    int di = gp_current_dev(&dev);
+    CUgraph captured = capture_graph(gp_real_stream(stream, per_thread));
     if (captured) { /* a mem-alloc node of the graph being captured: counted when it maps */
         CUresult rc = fits_now(di, bytes);
         if (rc != CUDA_SUCCESS) return rc;
@@ -895,6 +1013,11 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
             atomic_store(&g_graph_seen, 1);
         }
         return rc;
+    }
+    int pdi;
+    if (pool && pool_loc_get(pool, &pdi)) { /* the pool's own place, not the current device's */
+        if (pdi == GP_NOT_DEVICE) return CALL_REAL(); /* host or managed memory: not counted */
+        di = pdi;
     }
     CUmemoryPool use = pool;
     if (!use && R.cuDeviceGetMemPool && R.cuDeviceGetMemPool(&use, dev) != CUDA_SUCCESS) use = NULL;
@@ -938,6 +1061,52 @@ static CUresult alloc_async(void *real, int from_pool, CUdeviceptr *dptr, size_t
 static void pool_reset_child(void) {
     pthread_mutex_init(&g_pool_lock, NULL);
     g_npools = 0;
+    g_npool_loc = 0;
+}
+
+static void pool_loc_put(CUmemoryPool pool, int di) {
+    pthread_mutex_lock(&g_pool_lock);
+    int i = 0;
+    while (i < g_npool_loc && g_pool_loc[i].pool != pool) i++;
+    if (i < (int)(sizeof g_pool_loc / sizeof g_pool_loc[0])) {
+        g_pool_loc[i].pool = pool;
+        g_pool_loc[i].di = di;
+        if (i == g_npool_loc) g_npool_loc++;
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* 1 and *di when the pool's location is known. */
+static int pool_loc_get(CUmemoryPool pool, int *di) {
+    int found = 0;
+    pthread_mutex_lock(&g_pool_lock);
+    for (int i = 0; i < g_npool_loc && !found; i++)
+        if (g_pool_loc[i].pool == pool) {
+            *di = g_pool_loc[i].di;
+            found = 1;
+        }
+    pthread_mutex_unlock(&g_pool_lock);
+    return found;
+}
+
+GP_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    NEED(cuMemPoolCreate);
+    CUresult rc = REAL(cuMemPoolCreate)(pool, props);
+    if (rc == CUDA_SUCCESS && g_region && pool && props)
+        pool_loc_put(*pool, location_di(&props->location, props->allocType));
+    return rc;
+}
+GP_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED(cuDeviceGetDefaultMemPool);
+    CUresult rc = REAL(cuDeviceGetDefaultMemPool)(pool, dev);
+    if (rc == CUDA_SUCCESS && g_region && pool) pool_loc_put(*pool, dev_index(dev));
+    return rc;
+}
+GP_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED(cuDeviceGetMemPool);
+    CUresult rc = REAL(cuDeviceGetMemPool)(pool, dev);
+    if (rc == CUDA_SUCCESS && g_region && pool) pool_loc_put(*pool, dev_index(dev));
+    return rc;
 }
 
 static void free_async_settle(CUdeviceptr dptr) {
@@ -954,21 +1123,21 @@ static void free_async_settle(CUdeviceptr dptr) {
 
 GP_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s) {
     NEED(cuMemAllocAsync);
-    return alloc_async(g_hooks[H_cuMemAllocAsync].real, 0, dptr, bytes, NULL, s);
+    return alloc_async(g_hooks[H_cuMemAllocAsync].real, 0, dptr, bytes, NULL, s, 0);
 }
 GP_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s) {
     NEED(cuMemAllocAsync_ptsz);
-    return alloc_async(g_hooks[H_cuMemAllocAsync_ptsz].real, 0, dptr, bytes, NULL, s);
+    return alloc_async(g_hooks[H_cuMemAllocAsync_ptsz].real, 0, dptr, bytes, NULL, s, 1);
 }
 GP_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p,
                                         CUstream s) {
     NEED(cuMemAllocFromPoolAsync);
-    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync].real, 1, dptr, bytes, p, s);
+    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync].real, 1, dptr, bytes, p, s, 0);
 }
 GP_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p,
                                              CUstream s) {
     NEED(cuMemAllocFromPoolAsync_ptsz);
-    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync_ptsz].real, 1, dptr, bytes, p, s);
+    return alloc_async(g_hooks[H_cuMemAllocFromPoolAsync_ptsz].real, 1, dptr, bytes, p, s, 1);
 }
 GP_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
     NEED(cuMemFreeAsync);
@@ -983,12 +1152,36 @@ GP_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
     return rc;
 }
 
+/* -- where memory lives: a VMM allocation's or a pool's location. Host locations (HOST,
+ * HOST_NUMA, HOST_NUMA_CURRENT) and managed pools take no device memory; a device location is
+ * its device; any other type (CUDA 13.5's type 6, say) is counted as device memory, on its id
+ * where that is a device of the slice, else on the current device: never left uncounted. */
+static int location_di(const CUmemLocation *loc, int alloc_type) {
+    if (alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED) return GP_NOT_DEVICE;
+    switch (loc->type) {
+    case 0: /* none: a managed pool's "no preferred location" */
+    case 2:
+    case 3:
+    case 4:
+        return GP_NOT_DEVICE;
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        return dev_index(loc->id);
+    default: {
+        int di = dev_index(loc->id);
+        return di >= 0 ? di : gp_current_dev(NULL);
+    }
+    }
+}
+
+/* -- VMM: a physical allocation is charged at cuMemCreate and uncharged only once it is both
+ * released (cuMemRelease) and unmapped (cuMemUnmap of its last mapping): the driver frees it
+ * only then (PyTorch's expandable segments and NCCL release handles while still mapped). */
 GP_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                             const CUmemAllocationProp *prop, unsigned long long flags) {
     NEED(cuMemCreate);
-    if ((!g_region && !g_region_error) || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return REAL(cuMemCreate)(handle, bytes, prop, flags);
-    int di = dev_index(prop->location.id);
+    if ((!g_region && !g_region_error) || !prop) return REAL(cuMemCreate)(handle, bytes, prop, flags);
+    int di = location_di(&prop->location, 0);
+    if (di == GP_NOT_DEVICE) return REAL(cuMemCreate)(handle, bytes, prop, flags);
     CUresult rc = charge(di, bytes, 0);
     if (rc != CUDA_SUCCESS) return rc;
     rc = REAL(cuMemCreate)(handle, bytes, prop, flags);
@@ -1000,10 +1193,62 @@ GP_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
     return rc;
 }
 
+/* Under g_table_lock: the handle's entry, or NULL. */
+static struct gp_entry *vmm_entry_locked(uint64_t handle) {
+    struct gp_entry *e = g_table[bucket(handle, K_VMM)];
+    while (e && !(e->key == handle && e->kind == K_VMM)) e = e->next;
+    return e;
+}
+
 GP_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     NEED(cuMemRelease);
     CUresult rc = REAL(cuMemRelease)(handle);
-    if (rc == CUDA_SUCCESS && g_region) release_entry(table_take(handle, K_VMM));
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = vmm_entry_locked(handle);
+    int now = e && e->maps == 0;
+    if (e) e->released = 1;
+    pthread_mutex_unlock(&g_table_lock);
+    if (now) release_entry(table_take(handle, K_VMM)); /* else at its last unmap */
+    return rc;
+}
+
+GP_API CUresult cuMemMap(CUdeviceptr va, size_t bytes, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags) {
+    NEED(cuMemMap);
+    CUresult rc = REAL(cuMemMap)(va, bytes, offset, handle, flags);
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    pthread_mutex_lock(&g_table_lock);
+    struct gp_entry *e = vmm_entry_locked(handle);
+    if (e) e->maps++;
+    pthread_mutex_unlock(&g_table_lock);
+    if (e) table_put(va, K_VMAP, handle, -1, 0);
+    return rc;
+}
+
+GP_API CUresult cuMemUnmap(CUdeviceptr va, size_t bytes) {
+    NEED(cuMemUnmap);
+    CUresult rc = REAL(cuMemUnmap)(va, bytes);
+    if (rc != CUDA_SUCCESS || !g_region) return rc;
+    /* The mappings that started in [va, va + bytes): rare calls, so a scan of the table. */
+    uint64_t freed[64];
+    int n = 0;
+    pthread_mutex_lock(&g_table_lock);
+    for (int b = 0; b < GP_BUCKETS; b++) {
+        for (struct gp_entry **p = &g_table[b]; *p;) {
+            struct gp_entry *m = *p;
+            if (m->kind != K_VMAP || m->key < va || m->key >= va + bytes) {
+                p = &m->next;
+                continue;
+            }
+            *p = m->next;
+            struct gp_entry *h = vmm_entry_locked(m->bytes);
+            if (h && --h->maps == 0 && h->released && n < 64) freed[n++] = h->key;
+            free(m);
+        }
+    }
+    pthread_mutex_unlock(&g_table_lock);
+    for (int i = 0; i < n; i++) release_entry(table_take(freed[i], K_VMM));
     return rc;
 }
 
@@ -1039,7 +1284,7 @@ GP_API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d) {
     NEED(cuArrayCreate_v2);
     if ((!g_region && !g_region_error) || !d || !REAL(cuArrayDestroy)) return REAL(cuArrayCreate_v2)(arr, d);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = (uint64_t)d->Width * (d->Height ? d->Height : 1) * d->NumChannels *
                    format_bytes(d->Format);
     CUresult rc = charge(di, est, 0);
@@ -1056,7 +1301,7 @@ GP_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *
     NEED(cuArray3DCreate_v2);
     if ((!g_region && !g_region_error) || !d || !REAL(cuArrayDestroy)) return REAL(cuArray3DCreate_v2)(arr, d);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
                    d->NumChannels * format_bytes(d->Format);
     CUresult rc = charge(di, est, 0);
@@ -1209,6 +1454,17 @@ GP_API CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNod
     return rc;
 }
 
+GP_API CUresult cuGraphAddNode_v3(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                  const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
+    NEED(cuGraphAddNode_v3);
+    int alloc = p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC, di = -1;
+    CUresult rc = alloc ? alloc_node_check(g, &p->u.alloc, &di) : CUDA_SUCCESS;
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = REAL(cuGraphAddNode_v3)(node, g, deps, edges, n, p);
+    if (rc == CUDA_SUCCESS && alloc) alloc_node_added(g, &p->u.alloc, di);
+    return rc;
+}
+
 /* Instantiation may map the graph's memory; the exec inherits the graph's estimate. */
 #define GRAPH_INSTANTIATE(call, pexec, graph)                                            \
     do {                                                                                 \
@@ -1304,7 +1560,7 @@ GP_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_D
     if ((!g_region && !g_region_error) || !d || !REAL(cuMipmappedArrayDestroy))
         return REAL(cuMipmappedArrayCreate)(m, d, levels);
     CUdevice dev = 0;
-    int di = current_dev(&dev);
+    int di = gp_current_dev(&dev);
     uint64_t est = 0, w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1;
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
         est += w * h * z * d->NumChannels * format_bytes(d->Format);
@@ -1346,6 +1602,7 @@ static int ctx_reserve(CUdevice dev, CUresult *rc) {
     if (!g_region && !g_region_error) return 0;
     int di = dev_index(dev);
     if (di < 0) return 0; /* allocations on it are refused with the reason */
+    CLAIM(); /* a context is the first CUDA use, with or without a reserve to charge */
     uint64_t reserve = atomic_load(&g_region->dev[di].context_reserve);
     if (reserve == 0 || atomic_exchange(&g_ctx_charged[di], 1)) return 0;
     *rc = charge(di, reserve, 0);
@@ -1403,7 +1660,7 @@ GP_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
         if (total_b) *total_b = t;
         return rc;
     }
-    int di = current_dev(NULL);
+    int di = gp_current_dev(NULL);
     if (di >= 0) {
         uint64_t limit = atomic_load(&g_region->dev[di].mem_limit);
         uint64_t used = gp_region_used_locked(g_region, (uint32_t)di); /* lock-free sum of atomics */
@@ -1434,195 +1691,149 @@ GP_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return rc;
 }
 
-/* ---------------------------------------------------------------- launch pacing
+/* ---------------------------------------------------------------- stream capture
  *
- * A launch first settles what finished (the SM time between a stream's consecutive timing
- * events, taken from the replica's bucket), waits while the bucket is in debt, bounds the
- * launches in flight, then launches and records an event behind it. The bucket fills at the
- * share's rate (plus the lent spare, where the region allows lending), up to GP_BURST_NS. */
+ * While a stream captures, its launches become graph nodes (nothing runs), and the driver
+ * forbids "potentially unsafe" calls: under a GLOBAL-mode capture no thread of the process,
+ * under a THREAD_LOCAL one not the capturing thread, may query or synchronise an event; doing
+ * so fails and invalidates the capture (PyTorch's and vLLM's CUDA graphs would then fail). An
+ * event recorded in a capturing stream is a node, not a time. So pacing keeps out: it skips a
+ * launch while this thread may not touch events (counted from the capture hooks below) or
+ * while the launch's own stream captures (asked of the driver: RELAXED captures, and any the
+ * hooks missed; asked only while the hooks saw some capture begin, so an uncaptured launch
+ * costs two atomic loads). A captured graph is paced when it is launched, as one span. */
 
-/* Work in flight on one stream is bounded by time: about GP_INFLIGHT_NS of launches (from the
- * average measured span), at least GP_INFLIGHT_MIN and at most GP_INFLIGHT_MAX launches. */
-#define GP_INFLIGHT_NS 16000000ll
-#define GP_INFLIGHT_MIN 2
-#define GP_INFLIGHT_MAX 120
-#define GP_RING (2 * GP_INFLIGHT_MAX + 8)
-#define GP_TRACKS 4
-#define GP_BURST_NS 30000000ll /* 30 ms */
-#define GP_MAX_SLEEP_NS 2000000ll
-
-struct gp_track {
-    CUcontext ctx;
-    CUstream stream;
-    int di;
-    int used;
-    int head, n;
-    CUevent ring[GP_RING];
-    uint8_t start[GP_RING];
-    CUevent prev; /* the last settled event: the start of the next measured span */
-    CUevent spare[GP_RING + 2];
-    int nspare;
-    int64_t avg_ns; /* moving average of a measured span (one launch), 0 until one is seen */
+static atomic_int g_cap_any;            /* captures of any mode running in this process */
+static atomic_int g_cap_global;         /* GLOBAL-mode captures running in this process */
+static __thread atomic_int t_cap_local; /* THREAD_LOCAL ones begun by this thread */
+static __thread char t_pt_stream;       /* identifies this thread's per-thread default stream */
+struct gp_capture {
+    const void *key; /* NULL: a free entry */
+    int mode;
+    atomic_int *local; /* the beginning thread's t_cap_local, for a THREAD_LOCAL capture */
 };
-static __thread struct gp_track g_tracks[GP_TRACKS];
-static __thread int g_track_next;
+#define GP_MAX_CAPTURES 64
+static struct gp_capture g_captures[GP_MAX_CAPTURES];
+static pthread_mutex_t g_capture_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void track_reset_thread(void) {
-    memset(g_tracks, 0, sizeof g_tracks); /* the parent's events mean nothing in a child */
-    g_track_next = 0;
+/* The stream a call means: NULL through a _ptsz function is this thread's per-thread stream. */
+CUstream gp_real_stream(CUstream s, int per_thread) {
+    return (per_thread && s == NULL) ? CU_STREAM_PER_THREAD : s;
+}
+const void *gp_stream_key(CUstream s, int per_thread) {
+    s = gp_real_stream(s, per_thread);
+    return s == CU_STREAM_PER_THREAD ? (const void *)&t_pt_stream : (const void *)s;
 }
 
-static CUevent ev_get(struct gp_track *t) {
-    if (t->nspare) return t->spare[--t->nspare];
-    CUevent e = NULL;
-    if (R.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return NULL;
-    return e;
-}
-
-static void ev_put(struct gp_track *t, CUevent e) {
-    if (!e) return;
-    if (t->nspare < (int)(sizeof t->spare / sizeof t->spare[0]))
-        t->spare[t->nspare++] = e;
-    else
-        R.cuEventDestroy(e);
-}
-
-static void bucket_refill(struct gp_device *d, uint32_t eff) {
-    uint64_t now = mono_ns();
-    uint64_t last = atomic_load(&d->refill_ns);
-    if (now <= last || !atomic_compare_exchange_strong(&d->refill_ns, &last, now)) return;
-    if (last == 0) return; /* the first launch starts the clock: no burst up front */
-    uint64_t dt = now - last;
-    if (dt > (uint64_t)GP_BURST_NS * 1000) dt = (uint64_t)GP_BURST_NS * 1000;
-    int64_t add = (int64_t)(dt * eff / 1000);
-    int64_t cur = atomic_fetch_add(&d->tokens_ns, add) + add;
-    while (cur > GP_BURST_NS && !atomic_compare_exchange_weak(&d->tokens_ns, &cur, GP_BURST_NS)) {
+static void capture_begun(CUstream s, int per_thread, int mode) {
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < GP_MAX_CAPTURES; i++) {
+        if (g_captures[i].key) continue;
+        g_captures[i] = (struct gp_capture){gp_stream_key(s, per_thread), mode, &t_cap_local};
+        atomic_fetch_add(&g_cap_any, 1);
+        if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_add(&g_cap_global, 1);
+        if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_add(&t_cap_local, 1);
+        break;
     }
+    pthread_mutex_unlock(&g_capture_lock);
 }
 
-static void settle_spans(struct gp_track *t, int wait_first) {
-    struct gp_device *d = &g_region->dev[t->di];
-    while (t->n) {
-        CUevent e = t->ring[t->head];
-        if (wait_first) {
-            R.cuEventSynchronize(e);
-            wait_first = 0;
-        } else if (R.cuEventQuery(e) != CUDA_SUCCESS) {
-            break;
-        }
-        int is_start = t->start[t->head];
-        t->head = (t->head + 1) % GP_RING;
-        t->n--;
-        if (!is_start && t->prev) {
-            float ms = 0;
-            if (R.cuEventElapsedTime(&ms, t->prev, e) == CUDA_SUCCESS && ms > 0) {
-                int64_t ns = (int64_t)((double)ms * 1e6);
-                t->avg_ns = t->avg_ns ? (7 * t->avg_ns + ns) / 8 : ns;
-                atomic_fetch_sub(&d->tokens_ns, ns);
-                if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].busy_ns[t->di], (uint64_t)ns);
-            }
-        }
-        ev_put(t, t->prev);
-        t->prev = e;
+/* Whether stream s captures now (asked of the driver; 0 when it cannot say). */
+static int stream_capturing(CUstream s, int per_thread) {
+    int st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (R.cuStreamIsCapturing && R.cuStreamIsCapturing(gp_real_stream(s, per_thread), &st) == CUDA_SUCCESS)
+        return st != CU_STREAM_CAPTURE_STATUS_NONE;
+    return 0;
+}
+
+static void capture_ended(CUstream s, int per_thread) {
+    if (stream_capturing(s, per_thread)) return; /* refused (the wrong thread, say): still on */
+    const void *key = gp_stream_key(s, per_thread);
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < GP_MAX_CAPTURES; i++) {
+        struct gp_capture *c = &g_captures[i];
+        if (c->key != key) continue;
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) atomic_fetch_sub(&g_cap_global, 1);
+        if (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) atomic_fetch_sub(c->local, 1);
+        atomic_fetch_sub(&g_cap_any, 1);
+        memset(c, 0, sizeof *c);
+        break;
     }
+    pthread_mutex_unlock(&g_capture_lock);
 }
 
-static void track_push(struct gp_track *t, CUevent e, int is_start) {
-    int i = (t->head + t->n) % GP_RING;
-    t->ring[i] = e;
-    t->start[i] = (uint8_t)is_start;
-    t->n++;
+static void capture_reset_child(void) {
+    pthread_mutex_init(&g_capture_lock, NULL);
+    memset(g_captures, 0, sizeof g_captures);
+    atomic_store(&g_cap_any, 0);
+    atomic_store(&g_cap_global, 0);
+    atomic_store(&t_cap_local, 0);
 }
 
-static int track_pending_ends(struct gp_track *t) {
-    int k = 0;
-    for (int j = 0; j < t->n; j++) k += !t->start[(t->head + j) % GP_RING];
-    return k;
+/* Whether pacing must keep away from this launch: events may not be touched now. */
+int gp_capture_forbids_pacing(CUstream s, int per_thread) {
+    if (atomic_load_explicit(&g_cap_any, memory_order_relaxed) == 0 &&
+        !atomic_load_explicit(&g_cap_blind, memory_order_relaxed))
+        return 0; /* the common case */
+    return atomic_load_explicit(&g_cap_global, memory_order_relaxed) > 0 ||
+           atomic_load_explicit(&t_cap_local, memory_order_relaxed) > 0 ||
+           stream_capturing(s, per_thread);
 }
 
-static struct gp_track *track_for(CUcontext ctx, CUstream s, int di) {
-    for (int i = 0; i < GP_TRACKS; i++)
-        if (g_tracks[i].used && g_tracks[i].ctx == ctx && g_tracks[i].stream == s) return &g_tracks[i];
-    struct gp_track *t = &g_tracks[g_track_next];
-    g_track_next = (g_track_next + 1) % GP_TRACKS;
-    if (t->used) { /* evicted: what it still had in flight goes unmeasured */
-        while (t->n) {
-            R.cuEventDestroy(t->ring[t->head]);
-            t->head = (t->head + 1) % GP_RING;
-            t->n--;
-        }
-        if (t->prev) R.cuEventDestroy(t->prev);
-        while (t->nspare) R.cuEventDestroy(t->spare[--t->nspare]);
-    }
-    memset(t, 0, sizeof *t);
-    t->used = 1;
-    t->ctx = ctx;
-    t->stream = s;
-    t->di = di;
-    return t;
+#define BEGIN_CAPTURE(n, s, per_thread, mode, call)                    \
+    do {                                                               \
+        NEED(n);                                                       \
+        CUresult rc_ = call;                                           \
+        if (rc_ == CUDA_SUCCESS) capture_begun(s, per_thread, mode);   \
+        return rc_;                                                    \
+    } while (0)
+
+GP_API CUresult cuStreamBeginCapture(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture, s, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, REAL(cuStreamBeginCapture)(s));
+}
+GP_API CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, s, 1, CU_STREAM_CAPTURE_MODE_GLOBAL,
+                  REAL(cuStreamBeginCapture_ptsz)(s));
+}
+GP_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2, s, 0, mode, REAL(cuStreamBeginCapture_v2)(s, mode));
+}
+GP_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, s, 1, mode, REAL(cuStreamBeginCapture_v2_ptsz)(s, mode));
+}
+GP_API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                            const CUgraphEdgeData *edges, size_t n, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, s, 0, mode,
+                  REAL(cuStreamBeginCaptureToGraph)(s, g, deps, edges, n, mode));
+}
+GP_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n, int mode) {
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, 1, mode,
+                  REAL(cuStreamBeginCaptureToGraph_ptsz)(s, g, deps, edges, n, mode));
+}
+GP_API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    NEED(cuStreamEndCapture);
+    CUresult rc = REAL(cuStreamEndCapture)(s, g);
+    capture_ended(s, 0);
+    return rc;
+}
+GP_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+    NEED(cuStreamEndCapture_ptsz);
+    CUresult rc = REAL(cuStreamEndCapture_ptsz)(s, g);
+    capture_ended(s, 1);
+    return rc;
 }
 
-/* Before a launch on stream s: returns the track to record on afterwards, or NULL (no pacing). */
-static struct gp_track *pace_before(CUstream s, int per_thread) {
-    if (!g_region || !R.cuEventCreate || !R.cuCtxGetCurrent) return NULL;
-    CUdevice dev;
-    int di = current_dev(&dev);
-    if (di < 0) return NULL;
-    if (g_slot >= 0) atomic_fetch_add(&g_region->slot[g_slot].launches[di], 1);
-    struct gp_device *d = &g_region->dev[di];
-    uint32_t eff = atomic_load(&d->sm_share);
-    if (atomic_load(&g_region->flags) & GP_REGION_LEND_IDLE) eff += atomic_load(&d->sm_spare);
-    if (eff >= 1000) return NULL;
-    CUcontext ctx = NULL;
-    R.cuCtxGetCurrent(&ctx);
-    if (per_thread && (s == NULL)) s = CU_STREAM_PER_THREAD;
-    struct gp_track *t = track_for(ctx, s, di);
-    settle_spans(t, 0);
-    int64_t cap = t->avg_ns > 0 ? GP_INFLIGHT_NS / t->avg_ns : GP_INFLIGHT_MIN;
-    if (cap < GP_INFLIGHT_MIN) cap = GP_INFLIGHT_MIN;
-    if (cap > GP_INFLIGHT_MAX) cap = GP_INFLIGHT_MAX;
-    while (track_pending_ends(t) >= cap) settle_spans(t, 1);
-    bucket_refill(d, eff);
-    for (;;) {
-        int64_t tok = atomic_load(&d->tokens_ns);
-        if (tok >= 0) break;
-        int64_t wait = -tok * 1000 / (int64_t)eff;
-        if (wait > GP_MAX_SLEEP_NS) wait = GP_MAX_SLEEP_NS;
-        if (wait < 50000) wait = 50000;
-        struct timespec ts = {wait / 1000000000ll, wait % 1000000000ll};
-        nanosleep(&ts, NULL);
-        settle_spans(t, 0);
-        eff = atomic_load(&d->sm_share);
-        if (atomic_load(&g_region->flags) & GP_REGION_LEND_IDLE) eff += atomic_load(&d->sm_spare);
-        if (eff >= 1000) break;
-        bucket_refill(d, eff);
-    }
-    if (t->n == 0) { /* the stream went idle: time the next span from now, not from the last end */
-        CUevent e = ev_get(t);
-        if (e && R.cuEventRecord(e, s) == CUDA_SUCCESS)
-            track_push(t, e, 1);
-        else
-            ev_put(t, e);
-    }
-    return t;
-}
+/* ---------------------------------------------------------------- launch pacing (pace.c) */
 
-static void pace_after(struct gp_track *t, CUresult rc) {
-    if (!t || rc != CUDA_SUCCESS) return;
-    CUevent e = ev_get(t);
-    if (e && R.cuEventRecord(e, t->stream) == CUDA_SUCCESS)
-        track_push(t, e, 0);
-    else
-        ev_put(t, e);
-}
-
-#define PACED(n, stream, per_thread, call)                   \
-    do {                                                     \
-        NEED(n);                                             \
-        struct gp_track *t_ = pace_before(stream, per_thread); \
-        CUresult rc_ = call;                                 \
-        pace_after(t_, rc_);                                 \
-        return rc_;                                          \
+#define PACED(n, stream, per_thread, call)                            \
+    do {                                                              \
+        NEED(n);                                                      \
+        CLAIM();                                                      \
+        struct gp_ticket k_ = gp_pace_before(stream, per_thread);     \
+        CUresult rc_ = call;                                          \
+        gp_pace_after(k_, rc_);                                       \
+        return rc_;                                                   \
     } while (0)
 
 GP_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -1662,7 +1873,8 @@ GP_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
 static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thread) {
     uint64_t est[GP_MAX_DEVICES];
     struct graph_hold h;
-    struct gp_track *t = pace_before(s, per_thread);
+    CLAIM();
+    struct gp_ticket t = gp_pace_before(s, per_thread);
     int mem = g_region && atomic_load(&g_graph_seen); /* a process without graph memory skips it */
     if (mem) {
         graph_estimate((uint64_t)(uintptr_t)g, K_GEXEC, est);
@@ -1670,7 +1882,7 @@ static CUresult graph_launch(void *real, CUgraphExec g, CUstream s, int per_thre
     }
     CUresult rc = ((cuGraphLaunch_t *)real)(g, s);
     if (mem) graph_end(&h);
-    pace_after(t, rc);
+    gp_pace_after(t, rc);
     return rc;
 }
 GP_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
