@@ -62,6 +62,13 @@ CASES = [
     Case("GET", "/v1/jobs/{job_id}/results", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("POST", "/v1/jobs/{job_id}/cancel", "ok ok ok ok 403 403", "ok ok 404 404 404 403"),
     Case(
+        "POST",
+        "/v1/jobs/bulk",
+        "ok ok ok ok 403 403",
+        "ok ok 403 403 403 403",
+        lambda t: {"action": "hold", "tenant": t, "name": "x"},
+    ),
+    Case(
         "PATCH",
         "/v1/jobs/{job_id}",
         "ok ok ok ok 403 403",

@@ -11,8 +11,10 @@ from rich.console import Console
 from rich.errors import MarkupError
 from rich.text import Text
 
+from gpupool.cli import render
 from gpupool.cli.fit import Cut, Drop, FitTable
-from gpupool.cli.session import render_text
+from gpupool.cli.session import emit, render_text
+from tests.cli.test_golden import job
 
 COLUMNS = ["A", "BB", "CCC", "REASON"]
 cells = st.text(alphabet="abcXYZ 0123-_:|()[]/日本…é", max_size=30)
@@ -56,3 +58,14 @@ def test_a_queue_of_thousands_of_rows_is_written_without_rich() -> None:
     text = table.plain(100)
     assert text is not None
     assert len(text.splitlines()) == 5002
+
+
+def test_a_piped_queue_prints_a_reason_past_400_columns_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 27: a piped ``queue`` cut REASON at 400 characters; the README says whole."""
+    reason = "QuotaExceeded: " + "this job can never start as it is; " * 14 + "the end"
+    emit(render.queue_table([job(state="PENDING", nodes=[], pending_reason=reason)], 1000.0))
+    out = capsys.readouterr().out
+    assert f"({reason})" in out
+    assert "…" not in out

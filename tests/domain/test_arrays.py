@@ -17,6 +17,7 @@ from gpupool.domain.errors import InvalidValue
         ("1,3,8-10", (1, 3, 8, 9, 10)),
         ("5,1-3,2", (1, 2, 3, 5)),  # sorted, repeats once
         (" 0 - 2 ", (0, 1, 2)),
+        ("0-3%2", (0, 1, 2, 3)),  # the throttle is array_throttle's
     ],
 )
 def test_specs_give_sorted_distinct_indices(spec: str, indices: tuple[int, ...]) -> None:
@@ -26,7 +27,8 @@ def test_specs_give_sorted_distinct_indices(spec: str, indices: tuple[int, ...])
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ("0-9%2", "(%N) is not supported"),
+        ("0-9%0", "the limit after % must be a whole number of tasks from 1"),
+        ("0-9%x", "the limit after % must be a whole number of tasks from 1"),
         ("a-b", "'a' is not an index"),
         ("-1", "'' is not an index"),
         ("5-2", "ends before it starts"),

@@ -6,7 +6,8 @@ import numpy as np
 
 from gpupool.scheduling.capacity import build_capacity
 from gpupool.scheduling.placement.base import Shape, topology_slots
-from gpupool.scheduling.reservation import Release, Timeline
+from gpupool.scheduling.release import Release
+from gpupool.scheduling.reservation import Timeline
 from tests.scheduling.builders import SnapshotBuilder
 
 

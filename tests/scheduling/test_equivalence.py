@@ -21,7 +21,8 @@ from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision, PendingReason
 from gpupool.scheduling.ordering import Fifo
 from gpupool.scheduling.placement.base import CapacityArrays, Choice, Shape
-from gpupool.scheduling.reservation import Release, Timeline
+from gpupool.scheduling.release import Release
+from gpupool.scheduling.reservation import Timeline
 from gpupool.scheduling.scheduler import _Cycle, _Pool, schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from tests.scheduling.builders import SnapshotBuilder

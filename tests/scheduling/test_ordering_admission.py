@@ -255,7 +255,7 @@ def test_held_not_eligible_unknown_pool_and_cycle_limit_say_why():
     reasons = {k: v.reason for k, v in d.pending.items()}
     assert reasons == {
         "held": PendingReason.HELD,
-        "later": PendingReason.NOT_ELIGIBLE,
+        "later": PendingReason.BEGIN_TIME,  # never run, eligible after its submit: --begin
         "nowhere": PendingReason.POOL_UNKNOWN,
         "cut": PendingReason.CYCLE_LIMIT,
     }

@@ -31,6 +31,18 @@ from gpupool.schemas.agent import (
 M = TypeVar("M", bound=BaseModel)
 
 
+def _refusal(path: str, response: httpx.Response) -> str:
+    """A refusal as a sentence: the problem's ``detail`` (what to do), then where it came from;
+    the raw body only when it is not problem+json."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, str) and detail:
+        return f"{detail} (the server refused {path}: {response.status_code})"
+    return f"the server rejected {path} ({response.status_code}): {response.text[:500]}"
+
+
 class ServerUnavailable(GpupoolError):
     """The server did not answer usefully; try again later."""
 
@@ -106,9 +118,7 @@ class HttpTransport:
         if response.status_code >= 500 or response.status_code == 429:
             raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
         if response.status_code >= 400:
-            raise AgentRejected(
-                f"the server rejected {path} ({response.status_code}): {response.text[:500]}"
-            )
+            raise AgentRejected(_refusal(path, response))
         try:
             return answer.model_validate(response.json())
         except (ValidationError, ValueError) as exc:
@@ -137,9 +147,7 @@ class HttpTransport:
         if response.status_code >= 500 or response.status_code == 429:
             raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
         if response.status_code >= 400:
-            raise AgentRejected(
-                f"the server rejected {path} ({response.status_code}): {response.text[:300]}"
-            )
+            raise AgentRejected(_refusal(path, response))
 
     def download_upload(self, upload_id: str, dest: Path) -> None:
         """Save a working-directory upload (``GET /v1/agent/uploads/{id}``) to ``dest``."""

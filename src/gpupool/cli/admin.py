@@ -23,7 +23,9 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
+from gpupool.client.sdk import Client
 from gpupool.control.machinery.clock import SystemClock
+from gpupool.domain.pools import price_key
 from gpupool.domain.tenants import FAIR_SHARE_RANGE
 from gpupool.domain.units import format_gpus, parse_duration, parse_gpus, parse_memory
 
@@ -82,6 +84,34 @@ def _prices(pairs: list[str]) -> dict[str, float]:
     return out
 
 
+def _warn_unmatched_prices(gp: Client, pool: str, keys: list[str]) -> None:
+    """Say on stderr which price keys match no GPU model the pool's nodes have (or, for a
+    pool with no device yet, any node has): their GPU-hours would be charged the default."""
+    devices = gp.devices()
+    models = sorted({d.model for d in devices if d.pool == pool} or {d.model for d in devices})
+    if not models:
+        return
+    where = f"pool {pool}" if any(d.pool == pool for d in devices) else "any node"
+    for key in keys:
+        if price_key_fits(key, models):
+            continue
+        typer.echo(
+            f"warning: --price {key} matches no GPU model of {where} ({', '.join(models)}): "
+            f"those GPU-hours are charged the default price; name a word of the model, e.g. "
+            f"--price {_model_hint(models[0])}=...",
+            err=True,
+        )
+
+
+def price_key_fits(key: str, models: list[str]) -> bool:
+    return any(price_key(m, (key,)) is not None for m in models)
+
+
+def _model_hint(model: str) -> str:
+    words = [w for w in model.replace("-", " ").split() if w.upper() != "NVIDIA"]
+    return words[0] if words else model
+
+
 @pools_app.command("set")
 def pools_set(  # noqa: PLR0917 - typer options
     name: Annotated[str, typer.Argument(help="pool name")],
@@ -125,6 +155,8 @@ def pools_set(  # noqa: PLR0917 - typer options
             image_registries=image_registry or [],
         )
         _show(saved, render.pools_table([saved]), json_out)
+        if price:
+            _warn_unmatched_prices(gp, name, list(_prices(price)))
 
 
 @pools_app.command("delete")

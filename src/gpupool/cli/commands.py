@@ -1,7 +1,8 @@
 """The table of ``gpupool``'s commands, loaded lazily.
 
 Commands live in one module per group, each with an ``install(app)`` that adds its commands:
-:mod:`~gpupool.cli.jobs` (submit, run, queue, show, logs, fetch, history),
+:mod:`~gpupool.cli.jobs` (submit, run, queue), :mod:`~gpupool.cli.jobinfo` (show, logs, fetch,
+history),
 :mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update), :mod:`~gpupool.cli.resize`,
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens, audit), :mod:`~gpupool.cli.top`,
@@ -36,10 +37,10 @@ COMMANDS: dict[str, str] = {
     "submit": "gpupool.cli.jobs",
     "run": "gpupool.cli.jobs",
     "queue": "gpupool.cli.jobs",
-    "show": "gpupool.cli.jobs",
-    "logs": "gpupool.cli.jobs",
-    "fetch": "gpupool.cli.jobs",
-    "history": "gpupool.cli.jobs",
+    "show": "gpupool.cli.jobinfo",
+    "logs": "gpupool.cli.jobinfo",
+    "fetch": "gpupool.cli.jobinfo",
+    "history": "gpupool.cli.jobinfo",
     "cancel": "gpupool.cli.jobctl",
     "hold": "gpupool.cli.jobctl",
     "release": "gpupool.cli.jobctl",

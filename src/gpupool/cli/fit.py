@@ -12,8 +12,9 @@ order until the table fits:
 Columns no move names (a job id, its state, time and slice; a GPU's node and index) are never
 cut. The last move of a table is usually the cut of its free-text column (the pending reason),
 so that is cut last. When every move is spent the table is printed as it is (rich folds it).
-Through a pipe a console is 400 columns wide (:func:`gpupool.cli.session.console`), so
-scripts always get every column, whole.
+Through a pipe a table is printed at its natural width, at least 400 columns
+(:func:`gpupool.cli.session.emit`), so scripts always get every column, whole, however long
+a pending reason is.
 
 Columns are separated by two spaces (:data:`GAP`); headers are bold; a cell may be a rich
 ``Text`` (colour), measured by its plain text.
@@ -105,6 +106,10 @@ class FitTable:
                 width = Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
                 widths[name] = max(widths[name], width)
         return widths
+
+    def natural_width(self) -> int:
+        """The width the table takes with nothing cut (a pipe prints it so, however wide)."""
+        return sum(self.natural_widths().values()) + GAP * (len(self.columns) - 1)
 
     def widths_for(self, width: int) -> dict[str, int]:
         """The columns kept at ``width`` and how wide each is, after the moves it takes."""

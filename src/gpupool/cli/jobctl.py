@@ -11,9 +11,12 @@ release | requeue | update``.
 - **update**: a pending job's name, priority class, time limit, expected run time or
   preemptibility change (see :mod:`gpupool.control.services.jobedit`).
 
-hold, release and requeue take several job ids and change them one by one, in the order
-given; the first job that cannot be changed stops the command with its error (exit 3 not found,
-6 conflict), and the jobs before it stay changed (each change is its own audited call).
+cancel, hold and release take job ids (a job array's id stands for its tasks) and/or filters
+(``-u`` user, ``-n`` name, ``-t`` state, ``-a`` array, ``-A`` account, ``-p`` pool) and change
+every job selected in ONE request and one transaction (``POST /v1/jobs/bulk``, see
+:mod:`gpupool.control.services.bulk`); an id that matches nothing is exit 3, a job named by id
+that the action leaves alone (an ended job for cancel, a running one for hold) exit 6, and the
+other jobs are changed all the same. requeue takes job ids and changes them one by one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli.jobs import ACTIVE
 from gpupool.cli.session import (
     ExpectedOpt,
     JsonOpt,
@@ -36,6 +38,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
+from gpupool.client.errors import EXIT_CONFLICT, EXIT_DENIED, EXIT_NOT_FOUND
 from gpupool.client.sdk import Client
 from gpupool.domain.units import format_duration
 from gpupool.schemas.jobs import JobView
@@ -75,32 +78,6 @@ def _command(name: str, doc: str, action: Callable[[Client, str], JobView]) -> C
     return command
 
 
-hold = _command(
-    "hold",
-    """Keep pending jobs from starting until they are released (like scontrol hold).
-
-    Examples:
-
-      gpupool hold 3f2a9c1d0b7e
-
-      gpupool hold 3f2a9c1d0b7e 9a8b7c6d5e4f --json
-
-    Only pending jobs can be held (exit 6 otherwise); gpupool queue shows them with reason JobHeld.
-    """,
-    Client.hold,
-)
-release = _command(
-    "release",
-    """Let held jobs start again (like scontrol release).
-
-    Examples:
-
-      gpupool release 3f2a9c1d0b7e
-
-    The job keeps its place: its queue order still counts from when it became eligible.
-    """,
-    Client.release,
-)
 requeue = _command(
     "requeue",
     """Put jobs that ended without finishing back in the queue (like scontrol requeue).
@@ -116,17 +93,105 @@ requeue = _command(
 )
 
 
-def cancel(  # noqa: PLR0917 - typer options
-    job_ids: Annotated[list[str] | None, typer.Argument(help="job ids")] = None,
-    array: Annotated[
-        str | None, typer.Option("-a", "--array", help="every unfinished task of this array")
-    ] = None,
+# ----------------------------------------------------------------- by selection (one request)
+
+JobIdsOpt = Annotated[
+    list[str] | None, typer.Argument(help="job ids, or job array ids for all their tasks")
+]
+UserOpt = Annotated[str | None, typer.Option("-u", "--user", help="only this user's jobs")]
+NameOpt = Annotated[str | None, typer.Option("-n", "--name", help="only jobs of this name")]
+StateOpt = Annotated[
+    list[str] | None,
+    typer.Option("-t", "--state", help="only these states (names or codes, repeat)"),
+]
+ArrayOpt = Annotated[
+    str | None, typer.Option("-a", "--array", help="only the tasks of this job array")
+]
+AccountOpt = Annotated[str | None, typer.Option("-A", "--account", help="only this tenant's jobs")]
+PoolOpt = Annotated[str | None, typer.Option("-p", "--pool", help="only jobs of this pool")]
+
+#: What each action says about a job named by id that it leaves alone.
+_SKIP = {
+    "cancel": "already ended: nothing to cancel",
+    "hold": "only pending jobs can be held",
+}
+
+
+def _select(  # noqa: PLR0917 - the selection's parts
+    gp: Client,
+    action: str,
+    job_ids: list[str] | None,
+    user: str | None,
+    name: str | None,
+    states: list[str] | None,
+    array: str | None,
+    account: str | None,
+    pool: str | None,
+    json_out: bool,
+    reason: str | None = None,
+) -> None:
+    """``action`` on the selection in one request (``POST /v1/jobs/bulk``); one line per job
+    changed, then the ids that matched nothing (exit 3) or that the action leaves alone
+    (exit 6)."""
+    done = gp.bulk(
+        action,
+        ids=job_ids or (),
+        user=user,
+        name=name,
+        states=states or (),
+        array=array,
+        tenant=account,
+        pool=pool,
+        reason=reason,
+    )
+    if json_out:
+        print_json(done.changed)
+    else:
+        lines = [
+            f"job {c.id} ({c.name}): {c.state}"
+            + (", held" if c.held and c.state == "PENDING" else "")
+            for c in done.changed
+        ]
+        if lines:
+            typer.echo("\n".join(lines))
+    code = 0
+    skipped = [c for c in done.skipped if action in _SKIP]
+    for c in skipped:
+        typer.echo(f"error: job {c.id} is {c.state}: {_SKIP[action]}", err=True)
+        code = EXIT_CONFLICT
+    for job_id in done.not_found:
+        typer.echo(
+            f"error: job {job_id!r} not found: list your jobs with `gpupool queue`", err=True
+        )
+        code = EXIT_NOT_FOUND
+    if done.refused:
+        typer.echo(
+            f"error: {done.refused} selected job(s) are not yours to {action}: members change "
+            "their own jobs, tenant admins their tenant's",
+            err=True,
+        )
+        code = code or EXIT_DENIED
+    if not done.changed and not code and not json_out:
+        typer.echo(f"no job matched: nothing to {action}", err=True)
+    if code:
+        raise typer.Exit(code)
+
+
+def cancel(  # noqa: PLR0917 - scancel-like options
+    job_ids: JobIdsOpt = None,
+    user: UserOpt = None,
+    name: NameOpt = None,
+    state: StateOpt = None,
+    array: ArrayOpt = None,
+    account: AccountOpt = None,
+    pool: PoolOpt = None,
     reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Cancel jobs (like scancel). A running job gets its checkpoint signal and grace first.
+    """Cancel jobs (like scancel), by id and/or filter, in one request. A running job gets
+    its checkpoint signal and grace first.
 
     Examples:
 
@@ -134,16 +199,69 @@ def cancel(  # noqa: PLR0917 - typer options
 
       gpupool cancel 3f2a9c1d0b7e 9a8b7c6d5e4f --reason "wrong data set"
 
-      gpupool cancel --array 5d4c3b2a1f0e        # every task of a job array not yet ended
+      gpupool cancel 5d4c3b2a1f0e                # an array id: every task not yet ended
+
+      gpupool cancel -u alice -t PENDING         # all of alice's pending jobs
+
+      gpupool cancel -n sweep -t PD -t R         # by name, pending and running
+
+    Filters narrow together; without -t every unfinished job they match is cancelled.
     """
-    if not job_ids and array is None:
-        raise fail("nothing to cancel: give job ids, or --array ARRAY_ID")
+    if not job_ids and not any((user, name, state, array, account, pool)):
+        raise fail("nothing to cancel: give job ids, or a filter (-u, -n, -t, -a, -A, -p)")
     with session(server, token) as gp:
-        ids = list(job_ids or ())
-        if array is not None:
-            tasks = gp.list(array=array, state=ACTIVE)
-            ids += [t.id for t in sorted(tasks, key=lambda t: t.array_index or 0)]
-        _apply(gp, ids, lambda c, job_id: c.cancel(job_id, reason), json_out)
+        _select(gp, "cancel", job_ids, user, name, state, array, account, pool, json_out, reason)
+
+
+def _hold_command(action: str, doc: str) -> Callable[..., None]:
+    def command(  # noqa: PLR0917 - scontrol-like options
+        job_ids: JobIdsOpt = None,
+        user: UserOpt = None,
+        name: NameOpt = None,
+        array: ArrayOpt = None,
+        account: AccountOpt = None,
+        pool: PoolOpt = None,
+        server: ServerOpt = None,
+        token: TokenOpt = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        if not job_ids and not any((user, name, array, account, pool)):
+            raise fail(f"nothing to {action}: give job ids, or a filter (-u, -n, -a, -A, -p)")
+        with session(server, token) as gp:
+            _select(gp, action, job_ids, user, name, None, array, account, pool, json_out)
+
+    command.__name__ = action
+    command.__doc__ = doc
+    return command
+
+
+hold = _hold_command(
+    "hold",
+    """Keep pending jobs from starting until they are released (like scontrol hold).
+
+    Examples:
+
+      gpupool hold 3f2a9c1d0b7e
+
+      gpupool hold -u alice -n sweep        # all of alice's pending jobs named sweep
+
+    Only pending jobs can be held (exit 6 for one named by id that is not); gpupool queue
+    shows them with reason JobHeld. Jobs are held in one request.
+    """,
+)
+release = _hold_command(
+    "release",
+    """Let held jobs start again (like scontrol release).
+
+    Examples:
+
+      gpupool release 3f2a9c1d0b7e
+
+      gpupool release -u alice             # every held job of alice
+
+    The job keeps its place: its queue order still counts from when it became eligible.
+    """,
+)
 
 
 def update(  # noqa: PLR0917 - scontrol-like options

@@ -1,5 +1,6 @@
-"""Job commands, in Slurm's words: ``submit`` (sbatch), ``run`` (srun), ``queue`` (squeue),
-``show`` (scontrol show job), ``logs``, ``cancel`` (scancel), ``history`` (sacct).
+"""Job commands, in Slurm's words: ``submit`` (sbatch), ``run`` (srun), ``queue`` (squeue);
+reading one job (``show``, ``logs``, ``fetch``, ``history``) is :mod:`gpupool.cli.jobinfo`,
+changing queued ones (``cancel``, ``hold``, ...) :mod:`gpupool.cli.jobctl`.
 
 ``submit`` turns its options into job-file keys (``-g 0.5`` is ``resources.gpus: 0.5``) and
 validates them with :func:`gpupool.domain.jobspec.build_spec` over
@@ -43,12 +44,12 @@ from gpupool.client.logs import LogPiece, PendingNotice
 from gpupool.client.sdk import Client, merge_spec
 from gpupool.domain.arrays import parse_array
 from gpupool.domain.clock import SystemClock
+from gpupool.domain.dependency import parse_begin
 from gpupool.domain.environ import own_venv, without_venv
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import reserved_env_rule, validate_env_name
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
 from gpupool.domain.states import ACTIVE_STATES, JobState
-from gpupool.domain.units import parse_duration
 from gpupool.schemas.jobs import JobView
 
 ACTIVE = [s.value for s in (JobState.PENDING, JobState.REQUEUED, *sorted(ACTIVE_STATES, key=str))]
@@ -134,6 +135,9 @@ def build_submission(
     isolation: str | None,
     file: Path | None,
     export: str | None = None,
+    dependency: str | None = None,
+    nodelist: str | None = None,
+    exclude: str | None = None,
     image: str | None = None,
     container_mounts: list[str] | None = None,
     container_workdir: str | None = None,
@@ -174,6 +178,9 @@ def build_submission(
         "checkpoint.signal": checkpoint_signal,
         "checkpoint.grace": grace,
         "isolation": isolation,
+        "dependency": dependency,
+        "nodelist": nodelist,
+        "exclude": exclude,
         "container.image": image,  # --image and --container-*: like pyxis's options
         "container.mounts": ",".join(container_mounts) if container_mounts else None,
         "container.workdir": container_workdir,
@@ -293,6 +300,25 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
             help="queue it even if no node of the pool could hold it, for nodes yet to join",
         ),
     ] = False,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "-d",
+            "--dependency",
+            help="wait for other jobs: afterok:ID[:ID], afterany, afternotok, aftercorr, "
+            "singleton (',' all, '?' any)",
+        ),
+    ] = None,
+    begin: Annotated[
+        str | None,
+        typer.Option("--begin", help="not before: now+90, now+2hours, 16:00, 2026-12-24T08:00"),
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("-w", "--nodelist", help="only on these nodes: n1,n2")
+    ] = None,
+    exclude: Annotated[
+        str | None, typer.Option("-x", "--exclude", help="never on these nodes: n3,n4")
+    ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -313,6 +339,8 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
         spec = build_submission(**{k: params[k] for k in keys})
         if array is not None:
             parse_array(array)  # refused here, before anything is uploaded
+        begin_text: str | None = params.get("begin")
+        begin = None if begin_text is None else parse_begin(begin_text, SystemClock().now())
     with session(server, token) as gp:
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
@@ -323,6 +351,7 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
                 workdir_upload=upload,
                 hold=params["hold"],
                 queue_anyway=params["queue_anyway"],
+                begin=begin,
             )
             if parsable:
                 typer.echo("\n".join(t.id for t in tasks))
@@ -339,6 +368,7 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
             workdir_upload=upload,
             hold=params["hold"],
             queue_anyway=params["queue_anyway"],
+            begin=begin,
         )
         if parsable:
             typer.echo(job.id)
@@ -528,124 +558,8 @@ def _queue_order(j: JobView) -> tuple[int, float, str]:
     return (0 if j.state != "PENDING" else 1, j.submit_time, j.id)
 
 
-def show(
-    job_id: Annotated[str, typer.Argument(help="job id")],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Show one job: fields, why it waits, its priority factor table and its events.
-
-    Examples:
-
-      gpupool show 3f2a9c1d0b7e
-
-      gpupool show 3f2a9c1d0b7e --json
-    """
-    with session(server, token) as gp:
-        job = gp.get(job_id)
-        events = gp.events(job_id)
-        if json_out:
-            print_json({"job": job, "events": events})
-            return
-        emit(render.job_detail(job, events, SystemClock().now()))
-
-
-def logs(
-    job_id: Annotated[str, typer.Argument(help="job id")],
-    follow: Annotated[
-        bool, typer.Option("-f", "--follow", help="keep printing until it ends")
-    ] = False,
-    stderr: Annotated[bool, typer.Option("--stderr", help="show stderr instead of stdout")] = False,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Print a job's output, all of it as the server keeps it, byte for byte (its latest
-    attempt; gang lines are prefixed with the rank).
-
-    Examples:
-
-      gpupool logs 3f2a9c1d0b7e
-
-      gpupool logs -f 3f2a9c1d0b7e
-
-      gpupool logs --stderr 3f2a9c1d0b7e > errors.txt
-
-    The server keeps the newest 64 MiB (log_keep_bytes) of each replica's stdout and stderr
-    (the agent ships new output every second); when older bytes were dropped, stderr says
-    how many. -f polls until the job ends and its node has sent the end of the log.
-    """
-    with session(server, token) as gp:
-        stream = "stderr" if stderr else "stdout"
-        job = gp.get(job_id)
-        write_output(
-            gp.output(job_id, streams=(stream,), follow=follow),
-            gang=job.replicas > 1,
-            one_stream=True,
-        )
-
-
-def fetch(
-    job_id: Annotated[str, typer.Argument(help="job id")],
-    dest: Annotated[Path, typer.Argument(help="a new or empty folder to unpack them into")],
-    replica: Annotated[int, typer.Option("-r", "--replica", help="which replica's copy")] = 0,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Fetch what a job left in its uploaded working directory (submit --workdir DIR): the
-    node sends the copy back when the job ends, as it is (without .git, __pycache__, .venv).
-
-    Examples:
-
-      gpupool run -g 1 --workdir . -- python train.py --out results/
-
-      gpupool fetch 3f2a9c1d0b7e ./train-output
-
-    A job without --workdir ran in your submit directory or its workdir: read its files there.
-    """
-    with session(server, token) as gp:
-        count = gp.fetch_results(job_id, dest, replica=replica)
-    typer.echo(f"fetched {count} files of job {job_id} into {dest}", err=True)
-
-
-def history(  # noqa: PLR0917 - typer options
-    since: Annotated[
-        str, typer.Option("-S", "--since", help="how far back: 1d, 12h, 90 (minutes)")
-    ] = "1d",
-    user: Annotated[str | None, typer.Option("-u", "--user", help="only this user")] = None,
-    account: Annotated[str | None, typer.Option("-A", "--account", help="only this tenant")] = None,
-    pool: Annotated[str | None, typer.Option("-p", "--pool", help="only this pool")] = None,
-    states: Annotated[
-        list[str] | None, typer.Option("-s", "--state", help="only these states (repeat)")
-    ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="at most this many jobs")] = 1000,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """List jobs submitted in a time window, with state, exit code and elapsed time (like sacct).
-
-    Examples:
-
-      gpupool history
-
-      gpupool history -S 7d -A vision -s FAILED -s TIMEOUT
-    """
-    with handle_errors():
-        window = parse_duration(since, field="--since")
-    with session(server, token) as gp:
-        now = SystemClock().now()
-        jobs = gp.list(state=states, user=user, tenant=account, pool=pool, limit=limit)
-        jobs = [j for j in jobs if j.submit_time >= now - window]
-        jobs.sort(key=lambda j: (j.submit_time, j.id))
-        if json_out:
-            print_json(jobs)
-            return
-        emit(render.history_table(jobs, now))
-
-
 def install(app: typer.Typer) -> None:
-    for command in (submit, run, queue, show, logs, fetch, history):
+    for command in (submit, run, queue):
         app.command(
             name=command.__name__,
             context_settings={"allow_interspersed_args": command not in (submit, run)},

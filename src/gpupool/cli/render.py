@@ -261,6 +261,8 @@ def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> Rend
     if job.memory_oversubscription == "spill" or job.spilled_bytes:  # the pool's choice (shim)
         spilled = format_memory(-(-job.spilled_bytes // (1 << 20))) if job.spilled_bytes else "none"
         rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
+    if job.dependency:
+        rows.append(("Dependency", job.dependency))
     c = job.container
     if c is not None:  # submit --image: the image and what the job adds to it
         extra = [

@@ -105,9 +105,12 @@ def render_text(renderable: RenderableType, width: int = 400) -> str:
 
 
 def emit(renderable: RenderableType) -> None:
-    """Print a table: with colour in a terminal, as plain text otherwise."""
+    """Print a table: with colour in a terminal, as plain text otherwise; a fitted table
+    through a pipe at its natural width (nothing cut, not even a reason past 400 columns)."""
     if sys.stdout.isatty():
         console().print(renderable)
+    elif isinstance(renderable, FitTable):
+        sys.stdout.write(render_text(renderable, max(400, renderable.natural_width())))
     else:
         sys.stdout.write(render_text(renderable))
 

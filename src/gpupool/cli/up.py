@@ -2,15 +2,44 @@
 
 The API server, the SQLite store, the scheduling loop and a local agent (real GPUs, else
 simulated ones). The port comes from ``--port``, else ``$GPUPOOL_PORT``, else 8470.
+
+**Stopping** (Ctrl-C or SIGTERM): the API, the scheduling loop and the local agent stop; the
+jobs running on this machine do not: each runs under its own supervisor, in its own session,
+and keeps running; ``gpupool up`` re-adopts them when it starts again (within the node timeout
+they are never judged lost). It says so as it stops, with how many are running. uvicorn
+re-raises the SIGTERM it caught once it has shut down, which killed the process before that
+could be said; a handler of ours turns it into an exception that unwinds to it instead.
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 
 import typer
 
 from gpupool import __version__
+
+
+class _Terminated(Exception):
+    """SIGTERM reached ``gpupool up`` (``kill``, systemd, a container runtime stopping it)."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def stopped_message(running: int, why: str) -> str:
+    """What ``gpupool up`` says as it stops with ``running`` jobs on this machine."""
+    if running == 0:
+        return f"gpupool stopped ({why}); no job was running on this machine"
+    jobs = "1 job keeps" if running == 1 else f"{running} jobs keep"
+    return (
+        f"gpupool stopped ({why}): the API, the scheduler and the local agent are down, but "
+        f"{jobs} running on this machine; `gpupool up` re-adopts them when it starts again "
+        "(to stop them, start it and `gpupool cancel` them, or cancel them before stopping)"
+    )
 
 
 def up(  # noqa: PLR0917 - one typer option per parameter
@@ -67,11 +96,19 @@ def up(  # noqa: PLR0917 - one typer option per parameter
     typer.echo(f"gpupool {__version__}: dashboard http://{host}:{port}/, API docs at /docs")
     typer.echo(jobs_run_as(run_as, f"the admin token and the store in {settings.home}"))
     local = start_local_agent(settings, simulate, run_as)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    why = "stopped"
     try:
         serve(settings, others_may_pass=switches_account(run_as))
+    except _Terminated:
+        why = "SIGTERM"
+    except KeyboardInterrupt:
+        why = "Ctrl-C"
     finally:
+        signal.signal(signal.SIGTERM, previous)
+        running = local.agent.executor.live_supervisors() if local.agent is not None else 0
         local.stop()
-        typer.echo("gpupool stopped; running jobs are re-adopted when it starts again")
+        typer.echo(stopped_message(running, why))
 
 
 def install(app: typer.Typer) -> None:

@@ -10,9 +10,12 @@ variable once, when it initialises, so the allocation must come before the first
 :func:`allocate` refuses when it can tell CUDA already started. Leaving the ``with`` block (or
 :meth:`Allocation.release`) cancels the job, which frees the slice, and restores the variable.
 
-The device UUIDs come from the server (the job's ``slices``); the notebook must run on the node
-that holds the slice, which is always the case for a
-standalone pool. Usage is accounted to the tenant like any job.
+The device UUIDs come from the server (the job's ``slices``), and they must be this machine's:
+on a pool of several nodes the holder job is submitted with ``nodelist`` set to **this
+machine's node** (found by name, as an agent names its node by default, else by address), so the
+slice is always on the GPUs this process can see. A machine that is not a node of the pool is
+refused, saying so (pass ``node=`` when its agent runs under another name). Usage is accounted
+to the tenant like any job.
 
 Also sets ``GPUPOOL_ALLOCATION`` (the job id) and, for frameworks that honour it, nothing else:
 memory caps are enforced by the node's isolation mode on the holder job, not in the notebook.
@@ -21,6 +24,8 @@ memory caps are enforced by the node's isolation mode on the holder job, not in 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,6 +93,37 @@ class Allocation:
         self.release()
 
 
+def this_node(client: Client, node: str | None = None) -> str | None:
+    """The pool's node that is this machine (``node`` when given, checked), or ``None`` for a
+    pool of one node (nothing to choose). Raises ``ClientError`` when it is not a node."""
+    nodes = client.nodes()
+    names = [n.name for n in nodes]
+    if node is not None:
+        if node not in names:
+            raise ClientError(f"node {node!r} is not in the pool (its nodes: {', '.join(names)})")
+        return node
+    if len(nodes) <= 1:
+        return None
+    # The agent's default node name: the host name as a lowercase DNS label (agent/node.py).
+    host = socket.gethostname().split(".")[0].lower()
+    label = re.sub(r"[^a-z0-9-]+", "-", host).strip("-")[:63] or "node"
+    if label in names:
+        return label
+    try:
+        mine = set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        mine = set()
+    found = [n.name for n in nodes if n.address and n.address in mine]
+    if len(found) == 1:
+        return found[0]
+    raise ClientError(
+        f"this machine ({label}) is not a node of the pool (its nodes: {', '.join(names)}): an "
+        "allocation sets CUDA_VISIBLE_DEVICES for this process, so it must run where the slice "
+        "is; run it on a node, pass node='NAME' if this machine's agent uses another name, or "
+        "use gpupool run / submit for work on other nodes"
+    )
+
+
 def start_allocation(
     client: Client,
     gpus: float | str = 1,
@@ -105,6 +141,9 @@ def start_allocation(
         )
     hold_s = parse_duration(hold, field="hold")
     who = client.whoami().user
+    local = this_node(client, options.pop("node", None))
+    if local is not None:
+        options["nodelist"] = [local]
     job = client.submit(
         name=options.pop("name", f"interactive-{who}"),
         command=["sleep", str(round(hold_s))],

@@ -56,7 +56,14 @@ from gpupool.schemas.admin import (
     UserView,
     WhoAmI,
 )
-from gpupool.schemas.jobs import JobEventView, JobList, JobView, SubmitJobResponse, UploadView
+from gpupool.schemas.jobs import (
+    BulkJobsResponse,
+    JobEventView,
+    JobList,
+    JobView,
+    SubmitJobResponse,
+    UploadView,
+)
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
 
 M = TypeVar("M", bound=BaseModel)
@@ -85,6 +92,11 @@ OPTION_PATHS: dict[str, str] = {
     "checkpoint_signal": "checkpoint.signal",
     "grace": "checkpoint.grace",
     "isolation": "isolation",
+    # sbatch --dependency: "afterok:ID[:ID]", "singleton", ... (gpupool.domain.dependency)
+    "dependency": "dependency",
+    # sbatch --nodelist / --exclude: node names, a list or "n1,n2"
+    "nodelist": "nodelist",
+    "exclude": "exclude",
     "image": "container.image",  # run in an image: Client.submit(image=..., container_mounts=[...])
     "container_mounts": "container.mounts",
     "container_workdir": "container.workdir",
@@ -241,6 +253,7 @@ class Client:
         workdir_upload: str | None = None,
         hold: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
         **options: Any,
     ) -> JobView:
         """Submit a job (job-file mapping and/or keyword options); returns the new job.
@@ -254,11 +267,15 @@ class Client:
         ``sbatch --hold``): it waits until :meth:`release`. A job no node of its pool could
         ever hold (more GPU memory than any card, more GPUs or CPUs than any node, a GPU type
         no node has) is refused with the limit that fails; ``queue_anyway=True`` stores it
-        anyway, to wait for nodes yet to join.
+        anyway, to wait for nodes yet to join. ``begin`` (epoch seconds, like ``sbatch
+        --begin``): it is not eligible to start before then. ``dependency="afterok:ID"`` (an
+        option, like ``sbatch --dependency``): it waits for other jobs.
         """
         payload = self._submit_payload(spec, idempotency_key, workdir_upload, hold, options)
         if queue_anyway:
             payload["queue_anyway"] = True
+        if begin is not None:
+            payload["begin"] = begin
         return self._post_submit(payload, retries).job
 
     def submit_array(
@@ -271,6 +288,7 @@ class Client:
         workdir_upload: str | None = None,
         hold: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
         **options: Any,
     ) -> builtins.list[JobView]:
         """Submit a job array (like ``sbatch --array``): one job per index of ``array``
@@ -281,6 +299,8 @@ class Client:
         payload["array"] = array
         if queue_anyway:
             payload["queue_anyway"] = True
+        if begin is not None:
+            payload["begin"] = begin
         return self._post_submit(payload, retries).array
 
     def _submit_payload(
@@ -367,6 +387,36 @@ class Client:
     def cancel(self, job_id: str, reason: str | None = None) -> JobView:
         response = self.request("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
         return JobView.model_validate(response.json())
+
+    def bulk(
+        self,
+        action: str,
+        *,
+        ids: Sequence[str] = (),
+        user: str | None = None,
+        name: str | None = None,
+        states: Sequence[str] = (),
+        array: str | None = None,
+        tenant: str | None = None,
+        pool: str | None = None,
+        reason: str | None = None,
+    ) -> BulkJobsResponse:
+        """``cancel``, ``hold`` or ``release`` every job a selection names, in one request and
+        one transaction (``POST /v1/jobs/bulk``; like ``scancel -u alice -t PD``). ``ids`` are
+        job or array ids; every filter given narrows the selection."""
+        body = {
+            "action": action,
+            "ids": list(ids),
+            "user": user,
+            "name": name,
+            "states": list(states),
+            "array": array,
+            "tenant": tenant,
+            "pool": pool,
+            "reason": reason,
+        }
+        response = self.request("POST", "/v1/jobs/bulk", json=body)
+        return BulkJobsResponse.model_validate(response.json())
 
     def resize(
         self, job_id: str, *, gpus: str | None = None, gpu_memory: str | None = None

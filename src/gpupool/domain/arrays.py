@@ -5,8 +5,9 @@ Words:
 - an **array spec** is what a person types: ``0-9`` (a range, both ends included),
   ``0-20:5`` (a range with a step: 0, 5, 10, 15, 20), ``1,3,8-10`` (a list of those), as in
   Slurm. Indices are whole numbers from 0 to :data:`MAX_INDEX`; repeats count once; at most
-  :data:`MAX_TASKS` tasks. Slurm's ``%N`` (run at most N at once) is not supported: it is
-  refused with what to do instead.
+  :data:`MAX_TASKS` tasks. A **throttle** ``%N`` after the spec (``0-99%4``, Slurm's) lets at
+  most N tasks of the array run at once: the others wait with the reason ``JobArrayTaskLimit``
+  (see :mod:`gpupool.control.machinery.dependencies`).
 - a **task** is one job of the array: its ``index``, the array's ``array_id`` (shared by every
   task), ``count`` and the ``first`` and ``last`` index. A task is named ``NAME[INDEX]`` and gets
   ``GPUPOOL_ARRAY_*`` variables (see :mod:`gpupool.agent.env`); otherwise it is an ordinary job,
@@ -32,6 +33,7 @@ class ArrayTask:
     count: int
     first: int
     last: int
+    throttle: int | None = None  # at most this many tasks run at once (``%N``); None: no limit
 
 
 def _index(text: str, spec: str) -> int:
@@ -47,14 +49,25 @@ def _index(text: str, spec: str) -> int:
     return value
 
 
-def parse_array(spec: str) -> tuple[int, ...]:
-    """The sorted, distinct indices of an array spec such as ``0-9``, ``0-20:5`` or ``1,3,8-10``."""
-    if "%" in spec:
+def array_throttle(spec: str) -> int | None:
+    """The ``%N`` of an array spec (``0-99%4`` -> 4), or ``None``."""
+    if "%" not in spec:
+        return None
+    text = spec.rpartition("%")[2].strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_TASKS:
         raise InvalidValue(
-            f"array {spec!r}: a limit of tasks at once (%N) is not supported: submit the array "
-            "held (-H) and release tasks as others end, or submit it in parts",
+            f"array {spec!r}: the limit after % must be a whole number of tasks from 1 to "
+            f"{MAX_TASKS}, like 0-99%4",
             field="array",
         )
+    return int(text)
+
+
+def parse_array(spec: str) -> tuple[int, ...]:
+    """The sorted, distinct indices of an array spec such as ``0-9``, ``0-20:5`` or ``1,3,8-10``
+    (a throttle ``%N`` after it is checked and left to :func:`array_throttle`)."""
+    array_throttle(spec)
+    spec = spec.partition("%")[0]
     indices: set[int] = set()
     for part in spec.split(","):
         if not part.strip():
@@ -81,10 +94,12 @@ def parse_array(spec: str) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
-def array_tasks(array_id: str, indices: tuple[int, ...]) -> tuple[ArrayTask, ...]:
+def array_tasks(
+    array_id: str, indices: tuple[int, ...], throttle: int | None = None
+) -> tuple[ArrayTask, ...]:
     """A task per index of one array."""
     first, last = indices[0], indices[-1]
-    return tuple(ArrayTask(array_id, i, len(indices), first, last) for i in indices)
+    return tuple(ArrayTask(array_id, i, len(indices), first, last, throttle) for i in indices)
 
 
 def task_name(name: str, index: int) -> str:

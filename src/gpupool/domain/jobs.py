@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.containers import ContainerSpec
+from gpupool.domain.dependency import Dependency
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
@@ -158,6 +159,12 @@ class JobSpec:
     checkpoint_signal: str = "SIGTERM"
     grace_period_s: float = 30.0
     isolation: IsolationMode = IsolationMode.AUTO
+    # When it may start, in terms of other jobs (sbatch --dependency; gpupool.domain.dependency).
+    dependency: Dependency | None = None
+    # Where it may run (sbatch --nodelist / --exclude): only these nodes (empty: any), and
+    # never these. Node names as the agents registered them.
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     container: ContainerSpec | None = None  # None: a bare process on the node
 
     def __post_init__(self) -> None:

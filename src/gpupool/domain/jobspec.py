@@ -61,6 +61,7 @@ from gpupool.domain.bounds import (
 )
 from gpupool.domain.containers import KNOWN_KEYS as CONTAINER_KEYS
 from gpupool.domain.containers import build_container
+from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.errors import InvalidValue, Problem, SpecError
 from gpupool.domain.jobs import (
     IsolationMode,
@@ -104,6 +105,11 @@ KNOWN_KEYS: tuple[str, ...] = (
     "checkpoint.signal",
     "checkpoint.grace",
     "isolation",
+    # sbatch --dependency (gpupool.domain.dependency)
+    "dependency",
+    # sbatch --nodelist / --exclude
+    "nodelist",
+    "exclude",
     "container",
     *CONTAINER_KEYS,
 )
@@ -222,6 +228,25 @@ def _as_types(raw: object) -> tuple[str, ...]:
     for item in out:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$", item):
             raise InvalidValue(f"GPU type {item!r} is not valid: use a model name like A100")
+    return out
+
+
+_NODE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _as_nodes(raw: object, key: str) -> tuple[str, ...]:
+    """``n1,n2`` or ``[n1, n2]`` -> node names (lowercase DNS labels, as agents register)."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise InvalidValue(f"{key} must be node names like n1,n2 or a list [n1, n2]")
+    out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+    for item in out:
+        if not _NODE_RE.match(item):
+            raise InvalidValue(
+                f"{key}: {item!r} is not a node name: use the names gpupool nodes lists"
+            )
+    if len(out) > 1000:
+        raise InvalidValue(f"{key} names {len(out)} nodes: at most 1000")
     return out
 
 
@@ -379,6 +404,19 @@ def build_spec(
         else None
     )
 
+    dependency = (
+        c.parse(
+            "dependency", data["dependency"], lambda v: parse_dependency(_as_str(v, "dependency"))
+        )
+        if data.get("dependency") is not None
+        else None
+    )
+
+    nodelist = c.parse("nodelist", data.get("nodelist") or (), lambda v: _as_nodes(v, "nodelist"))
+    exclude = c.parse("exclude", data.get("exclude") or (), lambda v: _as_nodes(v, "exclude"))
+    if nodelist and exclude and set(nodelist) <= set(exclude):
+        c.add("exclude", "excludes every node of nodelist: the job could run nowhere")
+
     container = None
     if data.get("container") is not None:
         container, problems = build_container(data["container"])
@@ -405,6 +443,9 @@ def build_spec(
         checkpoint_signal=signal_name,
         grace_period_s=grace,
         isolation=isolation,
+        dependency=dependency,
+        nodelist=tuple(nodelist or ()),
+        exclude=tuple(exclude or ()),
         container=container,
     )
 

@@ -74,8 +74,12 @@ class Node:
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
 
 
-def _tokens(text: str) -> set[str]:
+def gpu_type_words(text: str) -> set[str]:
+    """The words a GPU type or model is matched by (lower case letters and digits)."""
     return set(_TOKEN_RE.findall(text.lower()))
+
+
+_tokens = gpu_type_words
 
 
 def matches_gpu_type(model: str, wanted: str) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gpupool.domain.containers import ENGINE_NAMES
 from gpupool.domain.errors import InvalidValue
+from gpupool.domain.nodes import gpu_type_words, matches_gpu_type
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 
@@ -80,11 +81,27 @@ class Pool:
                 )
 
     def price_of(self, model: str) -> float:
-        """Price of one whole device of ``model`` for one hour."""
-        for name, price in self.price_per_gpu_hour:
-            if name.lower() == model.lower():
-                return price
-        return self.default_price_per_gpu_hour
+        """Price of one whole device of ``model`` for one hour.
+
+        A price's key matches a model as a GPU type does (every word of the key is a word of
+        the model: ``A100`` and ``A100-80GB`` both match ``NVIDIA A100-SXM4-80GB``); the key
+        naming the model exactly wins, then the one with the most words (``A100-80GB`` over
+        ``A100``), then the first given. No key matching: the pool's default price."""
+        key = price_key(model, tuple(name for name, _ in self.price_per_gpu_hour))
+        if key is None:
+            return self.default_price_per_gpu_hour
+        return dict(self.price_per_gpu_hour)[key]
+
+
+def price_key(model: str, keys: tuple[str, ...]) -> str | None:
+    """The price key that applies to ``model`` (see :meth:`Pool.price_of`), or ``None``."""
+    exact = [k for k in keys if k.lower() == model.lower()]
+    if exact:
+        return exact[0]
+    fitting = [k for k in keys if matches_gpu_type(model, k)]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda k: len(gpu_type_words(k)))  # the first of the most specific
 
 
 _REGISTRY_RE = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")

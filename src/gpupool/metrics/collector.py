@@ -85,6 +85,12 @@ class ClusterCollector(Collector):
             "(isolation shim, pools with memory_oversubscription spill)",
             labels=DEVICE_LABELS,
         )
+        mem_share = GaugeMetricFamily(
+            "gpupool_gpu_mem_share_ratio",
+            "GPU memory promised to the device's slices over its physical memory (above 1: "
+            "oversubscribed under the pool's memory_overcommit)",
+            labels=DEVICE_LABELS,
+        )
         alerts = GaugeMetricFamily(
             "gpupool_alerts", "Devices with an alert in force, by kind", labels=["kind"]
         )
@@ -102,13 +108,16 @@ class ClusterCollector(Collector):
             alloc.add_metric(lv, float(mib_to_bytes(d.allocated_memory_mib)))
             total.add_metric(lv, float(mib_to_bytes(d.memory_mib)))
             compute.add_metric(lv, d.allocated_milli / MILLI_PER_GPU)
+            if d.memory_mib:
+                mem_share.add_metric(lv, d.allocated_memory_mib / d.memory_mib)
             healthy.add_metric(lv, 1.0 if d.healthy else 0.0)
             spilled.add_metric(lv, float(d.spilled_bytes))
             hot += d.hot
             unhealthy += not d.healthy
         alerts.add_metric(["temperature"], float(hot))
         alerts.add_metric(["health"], float(unhealthy))
-        yield from (util, used, alloc, total, compute, temp, power, healthy, spilled, alerts)
+        yield from (util, used, alloc, total, compute, mem_share, temp, power, healthy, spilled)
+        yield alerts
 
         share = GaugeMetricFamily(
             "gpupool_mem_share_ratio",

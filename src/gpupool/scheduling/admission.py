@@ -17,6 +17,16 @@ quota in a pool is unmanaged there: always in-quota, never limited.
 With a GPU-hour budget, a tenant whose ``budget_used`` in the pool reached the budget waits with
 ``BudgetExhausted`` until the window moves on.
 
+**Never admitted**: a job that no amount of waiting could admit, because it *alone* passes the
+quota (more than the limit, or, not preemptible, more than the guarantee), would wait forever
+even on an empty cluster. :func:`never_admitted` says so, naming the limit and what to change
+(ask for less, mark it preemptible, or have an admin change the quota); the submit refuses
+such a job with that sentence (``control/services/envelope.py``), and one already queued when
+the quota changed waits with it as its ``QuotaExceeded`` message. The design keeps the
+guarantee's promise instead of admitting the job when the pool is idle: a non-preemptible job
+on borrowed capacity could not be reclaimed, so another team's guaranteed share would wait for
+it to end.
+
 Which running jobs are *borrowing*: a replica's explicit ``borrowing`` flag wins; otherwise the
 tenant's jobs are taken in start order and those that pass the guarantee are the borrowers.
 
@@ -100,6 +110,56 @@ def _memory_governed(quota: Quota) -> bool:
     return quota.guaranteed_memory_mib > 0
 
 
+def never_admitted(
+    quota: Quota | None,
+    *,
+    tenant: str,
+    pool: str,
+    preemptible: bool,
+    gpu_milli: int,
+    gpu_memory_mib: int,
+) -> str | None:
+    """Why a job asking for ``gpu_milli`` and ``gpu_memory_mib`` (over all its replicas) can
+    never be admitted under ``quota`` whatever else runs, or ``None`` when it can.
+
+    The sentence names the limit it passes and what to change."""
+    if quota is None or (gpu_milli == 0 and gpu_memory_mib == 0):
+        return None
+    where = f"tenant {tenant}'s"
+    admin = f"or have an admin change the quota (gpupool quota set {tenant} {pool} ...)"
+    if quota.limit_milli is not None and gpu_milli > quota.limit_milli:
+        return (
+            f"this job's {format_gpus(gpu_milli)} GPUs are more than {where} limit of "
+            f"{format_gpus(quota.limit_milli)} GPUs in pool {pool}, so it can never start: "
+            f"ask for at most {format_gpus(quota.limit_milli)} GPUs (over all replicas), {admin}"
+        )
+    if quota.limit_memory_mib is not None and gpu_memory_mib > quota.limit_memory_mib:
+        return (
+            f"this job's {format_memory(gpu_memory_mib)} of GPU memory is more than {where} "
+            f"limit of {format_memory(quota.limit_memory_mib)} in pool {pool}, so it can never "
+            f"start: ask for at most {format_memory(quota.limit_memory_mib)}, {admin}"
+        )
+    if preemptible:
+        return None
+    over_milli = gpu_milli > quota.guaranteed_milli
+    if over_milli or (_memory_governed(quota) and gpu_memory_mib > quota.guaranteed_memory_mib):
+        asked, share = (
+            (f"{format_gpus(gpu_milli)} GPUs", f"{format_gpus(quota.guaranteed_milli)} GPUs")
+            if over_milli
+            else (
+                f"{format_memory(gpu_memory_mib)} of GPU memory",
+                format_memory(quota.guaranteed_memory_mib),
+            )
+        )
+        return (
+            f"this job's {asked} are more than {where} guaranteed {share} in pool {pool}, and "
+            "a job that is not preemptible may use only the guarantee, so it can never start: "
+            "mark the job preemptible (--preemptible) to let it borrow idle GPUs, ask for at "
+            f"most {share}, {admin}"
+        )
+    return None
+
+
 class QuotaLedger:
     """The ``quota`` ledger (see the module docstring)."""
 
@@ -177,6 +237,16 @@ class QuotaLedger:
                 )
         if gpu_milli == 0 and gpu_memory_mib == 0:
             return _IN_QUOTA
+        never = never_admitted(
+            quota,
+            tenant=job.tenant,
+            pool=pool,
+            preemptible=job.spec.preemptible,
+            gpu_milli=gpu_milli,
+            gpu_memory_mib=gpu_memory_mib,
+        )
+        if never is not None:
+            return Verdict(Standing.REJECTED, PendingReason.QUOTA_EXCEEDED, never)
         milli, mem = self.use(job.tenant, pool)
         new_milli, new_mem = milli + gpu_milli, mem + gpu_memory_mib
         if quota.limit_milli is not None and new_milli > quota.limit_milli:

@@ -46,6 +46,13 @@ class PendingReason(enum.Enum):
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are stopping to make room for it
     PRIORITY = "Priority"  # strict order: a job ahead of it in its pool is blocked
     CYCLE_LIMIT = "CycleLimit"  # not considered this cycle (``max_jobs_per_cycle``)
+    BEGIN_TIME = "BeginTime"  # submitted with a begin time still to come (sbatch --begin)
+    REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"  # it fits only nodes that are drained or down now
+    # Given by the control plane before a cycle, never by the scheduler (a job waiting on
+    # other jobs is not in its snapshot): see control/machinery/dependencies.py.
+    DEPENDENCY = "Dependency"  # its dependency on other jobs is not met yet
+    DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # it never can be: the job ends
+    ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # its array's throttle (--array ...%N) is reached
 
 
 class PreemptionReason(enum.Enum):

@@ -66,7 +66,6 @@ and those of requests no longer queued once ``shapes`` holds more than two per p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gpupool.domain.jobs import Job
 from gpupool.domain.nodes import Device, Node
@@ -74,10 +73,8 @@ from gpupool.domain.pools import Pool
 from gpupool.domain.resources import ResourceRequest
 from gpupool.scheduling.layout import CapacityLayout, build_layout
 from gpupool.scheduling.placement.base import Choice, IntArray, Shape
+from gpupool.scheduling.release import Release
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
-
-if TYPE_CHECKING:
-    from gpupool.scheduling.reservation import Release
 
 #: Layouts a memo keeps (a cluster changes little from one cycle to the next; a few entries let
 #: a node flapping between two states reuse both layouts).

@@ -211,6 +211,51 @@ def candidates_for(
     )
 
 
+@dataclass(frozen=True)
+class ExemptReclaim:
+    """When a blocked in-quota job can reclaim its guarantee from borrowers still exempt.
+
+    ``at``: the first time at which the borrowers whose exemption has run out by then, released
+    together, let the job place; ``victims``: those borrowers (job ids) and their tenants."""
+
+    at: float
+    victims: tuple[str, ...]
+    tenants: tuple[str, ...]
+
+
+def exempt_reclaim(
+    job: Job,
+    exempt: tuple[Candidate, ...],
+    *,
+    live: CapacityArrays,
+    policy: PlacementPolicy,
+    shape: Shape,
+    replicas: int,
+    nodes: BoolArray,
+    exempt_s: float,
+) -> ExemptReclaim | None:
+    """For ``job`` (in-quota under a managed quota, blocked, nothing to preempt now): the
+    borrowers of other tenants in ``exempt`` (every preemptible job of the pool, exemption
+    ignored) that are still within their first ``exempt_s`` seconds, released in the order their
+    exemption ends until the job places. ``None`` when no such set lets it place."""
+    mine = sorted(
+        (c for c in exempt if c.borrowing and c.tenant != job.tenant and c.job_id != job.id),
+        key=lambda c: (c.start_time, c.job_id),
+    )
+    trial = live.copy()
+    taken: list[Candidate] = []
+    for c in mine:
+        c.release_on(trial)
+        taken.append(c)
+        if place_job(trial.copy(), policy, shape, replicas, nodes) is not None:
+            return ExemptReclaim(
+                at=c.start_time + exempt_s,
+                victims=tuple(v.job_id for v in taken),
+                tenants=tuple(sorted({v.tenant for v in taken})),
+            )
+    return None
+
+
 def _set_cost(victims: tuple[Candidate, ...]) -> tuple[int, int, int, float]:
     return (
         len(victims),

@@ -41,31 +41,13 @@ from gpupool.scheduling.fit import Placed, allocate_all, place_job, release_all
 from gpupool.scheduling.placement.base import (
     BoolArray,
     CapacityArrays,
-    Choice,
     PlacementPolicy,
     Shape,
 )
+from gpupool.scheduling.release import Release
 from gpupool.scheduling.snapshot import RunningReplica
 
 _CHECKPOINTS = 16
-
-
-@dataclass(frozen=True)
-class Release:
-    """A running replica ending at ``time`` (``None`` = unknown) and what it frees.
-
-    ``order`` is its place on a timeline: by time (unknown last), then node and slots.
-    """
-
-    time: float | None
-    shape: Shape
-    choice: Choice
-    order: tuple[bool, float, int, tuple[int, ...]] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        t = self.time
-        order = (t is None, t or 0.0, self.choice.node, self.choice.slots)
-        object.__setattr__(self, "order", order)
 
 
 _ORDER = attrgetter("order")

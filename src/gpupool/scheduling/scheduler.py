@@ -26,13 +26,14 @@ passed in; it saves work and never changes a decision.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
 
 from gpupool.domain.jobs import Job
+from gpupool.domain.nodes import DeviceHealth, allowed_model
 from gpupool.scheduling.admission import Ledger, Standing, make_admission
 from gpupool.scheduling.capacity import ClusterCapacity, build_capacity
 from gpupool.scheduling.config import SchedulerConfig
@@ -60,19 +61,21 @@ from gpupool.scheduling.placement.base import (
 from gpupool.scheduling.placement.registry import make_policy
 from gpupool.scheduling.preemption import (
     Candidate,
+    ExemptReclaim,
     PreemptionStage,
     Request,
     candidates_for,
+    exempt_reclaim,
     hold,
     make_preemption,
     preemptible_jobs,
     victim_reason,
 )
+from gpupool.scheduling.release import Release
 from gpupool.scheduling.reservation import (
     Blocked,
     Gate,
     PoolBackfill,
-    Release,
     Timeline,
     fits_check,
     intersect,
@@ -82,6 +85,20 @@ from gpupool.scheduling.reservation import (
 from gpupool.scheduling.snapshot import ClusterSnapshot
 
 _ShapeKey = tuple[Shape, int]
+#: A job's node restriction (``--nodelist``, ``--exclude``); ``()`` for none.
+_NodeKey = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
+_WhereKey = tuple[Shape, int, _NodeKey]
+
+
+@dataclass(frozen=True)
+class _Where:
+    """The node rows of its pool a job may use, and the restriction they come from (part of
+    every cache key, so a restricted job never shares an answer with an unrestricted one)."""
+
+    nodes: BoolArray
+    key: _NodeKey = ()
+
+
 _HELD = attrgetter("held")
 _ELIGIBLE = attrgetter("eligible_time")
 _POOL = attrgetter("spec.pool")
@@ -97,13 +114,15 @@ class _Pool:
     policy: PlacementPolicy
     backfill: PoolBackfill
     epoch: int = 0  # bumped whenever capacity is given back (cached failures expire)
-    failed: dict[tuple[Shape, int, bool], int] = field(default_factory=dict)
-    diagnosis: dict[_ShapeKey, tuple[PendingReason, str]] = field(default_factory=dict)
-    estimates: dict[_ShapeKey, float | None] = field(default_factory=dict)
+    failed: dict[tuple[Shape, int, bool, _NodeKey], int] = field(default_factory=dict)
+    diagnosis: dict[_WhereKey, tuple[PendingReason, str]] = field(default_factory=dict)
+    estimates: dict[_WhereKey, float | None] = field(default_factory=dict)
+    # (nodelist, exclude) -> the pool's nodes a job restricted so may use (see _Cycle.where)
+    node_masks: dict[_NodeKey, BoolArray] = field(default_factory=dict)
     timeline: Timeline | None = None
     # (shape, replicas, priority, tenant) that found no victims: capacity only shrinks and the
     # victim pool only narrows during a cycle, so they would find none again.
-    preempt_failed: set[tuple[Shape, int, int, str]] = field(default_factory=set)
+    preempt_failed: set[tuple[Shape, int, int, str, _NodeKey]] = field(default_factory=set)
     both: CapacityArrays | None = None  # live and shadow intersected (see _Cycle.target)
     both_of: CapacityArrays | None = None  # the shadow ``both`` was built from
     # The reservation the gate closed behind and the answer every job then gets (shared:
@@ -139,6 +158,8 @@ class _Cycle:
         self.taken: set[str] = set()  # victims chosen this cycle
         self.preemptors = 0
         self.victims: dict[str, tuple[Candidate, ...]] | None = None  # built on first need
+        # The same with the exemption ignored (for ExemptReclaim), built on first need.
+        self.exempt_victims: dict[str, tuple[Candidate, ...]] | None = None
         self.stopping_for: dict[str, list[float]] = {}
         for r in snapshot.running:
             if r.preempted_for is not None:
@@ -260,9 +281,33 @@ class _Cycle:
         gate = self.gate(job, pool, end)
         if gate is None:
             return
-        if self.place(job, pool, shape, end, gate):
+        where = self.where(job, pool)
+        if self.place(job, pool, shape, end, gate, where=where):
             return
-        self.blocked(job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow)
+        self.blocked(
+            job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow, where=where
+        )
+
+    def where(self, job: Job, pool: _Pool) -> _Where:
+        """The nodes of ``pool`` that ``job`` may use: all of them, or those its ``nodelist``
+        names and its ``exclude`` does not (sbatch ``--nodelist`` / ``--exclude``)."""
+        spec = job.spec
+        if not spec.nodelist and not spec.exclude:
+            return _Where(pool.nodes)
+        key: _NodeKey = (spec.nodelist, spec.exclude)
+        found = pool.node_masks.get(key)
+        if found is None:
+            only, never = set(spec.nodelist), set(spec.exclude)
+            allowed = np.fromiter(
+                (
+                    (not only or n in only) and n not in never
+                    for n in self.capacity.arrays.node_names
+                ),
+                dtype=np.bool_,
+                count=len(self.capacity.arrays.node_names),
+            )
+            found = pool.node_masks[key] = pool.nodes & allowed
+        return _Where(found, key)
 
     def skip(self, job: Job) -> bool:
         """Step 1: True (and its reason given) when ``job`` is not for this cycle: held, not
@@ -271,10 +316,19 @@ class _Cycle:
             self.wait(job, PendingReason.HELD, f"held until released (gpupool release {job.id})")
             return True
         if job.eligible_time > self.now:
+            if job.restart_count == 0 and job.eligible_time > job.submit_time:
+                self.wait(
+                    job,
+                    PendingReason.BEGIN_TIME,
+                    f"it was submitted to begin at t={job.eligible_time:.0f} (--begin), in "
+                    f"{job.eligible_time - self.now:.0f} s",
+                    job.eligible_time,
+                )
+                return True
             self.wait(
                 job,
                 PendingReason.NOT_ELIGIBLE,
-                "not eligible yet (it is waiting out a requeue delay or a begin time)",
+                "not eligible yet (it is waiting out a requeue delay)",
                 job.eligible_time,
             )
             return True
@@ -332,13 +386,15 @@ class _Cycle:
         self.pending[job.id] = closed[1]
         return None
 
-    def place(self, job: Job, pool: _Pool, shape: Shape, end: float | None, gate: Gate) -> bool:
+    def place(
+        self, job: Job, pool: _Pool, shape: Shape, end: float | None, gate: Gate, *, where: _Where
+    ) -> bool:
         """Step 4: start ``job`` if it fits where the gate lets it (``True``: started, or
         refused by the quota check on the memory it really gets); ``False`` when it does not
         fit: it is blocked."""
         target = self.target(pool, gate.shadow)
         placed = self.try_place(
-            pool, target, shape, job.spec.replicas, long=gate.shadow is not None
+            pool, target, shape, job.spec.replicas, long=gate.shadow is not None, where=where
         )
         if placed is None:
             return False
@@ -385,13 +441,20 @@ class _Cycle:
             both.host_mem_free[n] = min(live.host_mem_free[n], shadow.host_mem_free[n])
 
     def try_place(
-        self, pool: _Pool, target: CapacityArrays, shape: Shape, replicas: int, *, long: bool
+        self,
+        pool: _Pool,
+        target: CapacityArrays,
+        shape: Shape,
+        replicas: int,
+        *,
+        long: bool,
+        where: _Where,
     ) -> tuple[Placed, ...] | None:
         """Place on ``target`` (allocated there), or ``None``; failures are cached per shape."""
-        key = (shape, replicas, long)
+        key = (shape, replicas, long, where.key)
         if pool.failed.get(key) == pool.epoch:
             return None
-        placed = place_job(target, pool.policy, shape, replicas, pool.nodes)
+        placed = place_job(target, pool.policy, shape, replicas, where.nodes)
         if placed is None:
             pool.failed[key] = pool.epoch
         return placed
@@ -423,6 +486,7 @@ class _Cycle:
         *,
         standing: Standing,
         shadow: CapacityArrays | None,
+        where: _Where,
     ) -> None:
         graces = self.stopping_for.get(job.id)
         if graces:
@@ -433,13 +497,13 @@ class _Cycle:
                 self.now + max(graces),
             )
             return
-        if standing is Standing.IN_QUOTA and self.try_preempt(job, pool, shape, replicas):
+        if standing is Standing.IN_QUOTA and self.try_preempt(job, pool, shape, replicas, where):
             return
-        key = (shape, replicas)
+        key = (shape, replicas, where.key)
         if shadow is not None:
             # It may fit now, but only by taking what the reserved job is promised.
             reservation = pool.backfill.reservation
-            trial = place_job(pool.live, pool.policy, shape, replicas, pool.nodes)
+            trial = place_job(pool.live, pool.policy, shape, replicas, where.nodes)
             if trial is not None and reservation is not None:
                 release_all(pool.live, trial)
                 when = reservation.start_time
@@ -459,21 +523,46 @@ class _Cycle:
                 self.capacity.empty_view(pool.name),
                 shape,
                 replicas,
-                pool.nodes,
+                where.nodes,
                 pool=pool.name,
             )
             pool.diagnosis[key] = found
         reason, message = found
         if reason in (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE):
+            away = self.unavailable_nodes(job, pool)
+            if away:
+                self.wait(
+                    job,
+                    PendingReason.REQ_NODE_NOT_AVAIL,
+                    f"no available node of pool {pool.name} can hold it, and node(s) "
+                    f"{', '.join(away)} of the pool are not available: it may start when they "
+                    "are back (an operator resumes a drained node with gpupool resume NODE)",
+                )
+                return
             self.wait(job, reason, message)
             self.unfit.append(job.id)
             return
+        reclaim = (
+            self.exempt_reclaim(job, pool, shape, replicas, where)
+            if standing is Standing.IN_QUOTA
+            else None
+        )
+        if reclaim is not None:
+            wait_s = reclaim.at - self.now
+            message = (
+                f"{message}; tenant {job.tenant}'s guaranteed share is held by borrowed job(s) "
+                f"{', '.join(reclaim.victims)} of {', '.join(reclaim.tenants)}, exempt from "
+                f"reclaim for their first {self.config.preempt_exempt_s:.0f} s: it reclaims "
+                f"them in {wait_s:.0f} s (at t={reclaim.at:.0f}) unless running jobs end first"
+            )
         made = pool.backfill.blocked(
-            Blocked(job.id, pool.name, shape, replicas, pool.nodes, pool.policy, self._tl(pool))
+            Blocked(job.id, pool.name, shape, replicas, where.nodes, pool.policy, self._tl(pool))
         )
         if made is not None:
             when = made.start_time
             at = "once running jobs with unknown end finish" if when is None else f"at t={when:.0f}"
+            if reclaim is not None:
+                when = reclaim.at if when is None else min(when, reclaim.at)
             self.wait(
                 job,
                 reason,
@@ -482,24 +571,96 @@ class _Cycle:
                 when,
             )
             return
-        self.wait(job, reason, message, self.estimate(pool, shape, replicas))
+        estimate = self.estimate(pool, shape, replicas, where)
+        if reclaim is not None:
+            estimate = reclaim.at if estimate is None else min(estimate, reclaim.at)
+        self.wait(job, reason, message, estimate)
+
+    def unavailable_nodes(self, job: Job, pool: _Pool) -> list[str]:
+        """The nodes of ``pool`` (within the job's ``nodelist``/``exclude``) that are drained,
+        draining or down and could hold one of its replicas when back and empty, each with its
+        state: ``n1 (drained)``."""
+        spec, res = job.spec, job.spec.resources
+        only, never = set(spec.nodelist), set(spec.exclude)
+        away = {
+            n.name: n
+            for n in self.snapshot.nodes
+            if not n.schedulable and (not only or n.name in only) and n.name not in never
+        }
+        if not away:
+            return []
+        need = res.gpu_memory_mib or 0
+        cards: dict[str, int] = {}
+        for d in self.snapshot.devices:
+            if (
+                d.node in away
+                and d.pool == pool.name
+                and d.health is DeviceHealth.HEALTHY
+                and allowed_model(d.model, res.gpu_types)
+                and d.memory_mib >= need
+            ):
+                cards[d.node] = cards.get(d.node, 0) + 1
+        return [
+            f"{name} ({node.state.value})"
+            for name, node in away.items()
+            if (name in cards or res.device_count == 0)
+            and cards.get(name, 0) >= res.device_count
+            and node.cpu_milli >= res.cpu_milli
+            and node.memory_mib >= res.host_memory_mib
+        ]
+
+    def exempt_reclaim(
+        self, job: Job, pool: _Pool, shape: Shape, replicas: int, where: _Where
+    ) -> ExemptReclaim | None:
+        """When ``job`` (in-quota, blocked, nothing to preempt now) could reclaim its guarantee
+        from other tenants' borrowers still in their first ``preempt_exempt_s`` seconds (see
+        :func:`~gpupool.scheduling.preemption.exempt_reclaim`); ``None`` when that is not what
+        it waits for."""
+        config = self.config
+        if (
+            not config.preemption_enabled
+            or config.preempt_exempt_s <= 0
+            or self.snapshot.quota(job.tenant, pool.name) is None
+        ):
+            return None
+        if self.exempt_victims is None:
+            self.exempt_victims = preemptible_jobs(
+                self.snapshot.running_by_job.items(),
+                capacity=self.capacity,
+                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
+                now=self.now,
+                config=replace(config, preempt_exempt_s=0.0),
+            )
+        found = exempt_reclaim(
+            job,
+            self.exempt_victims.get(pool.name, ()),
+            live=pool.live,
+            policy=pool.policy,
+            shape=shape,
+            replicas=replicas,
+            nodes=where.nodes,
+            exempt_s=config.preempt_exempt_s,
+        )
+        return found if found is not None and found.at > self.now else None
 
     def _tl(self, pool: _Pool) -> Callable[[], Timeline]:
         return lambda: self.timeline(pool)
 
-    def estimate(self, pool: _Pool, shape: Shape, replicas: int) -> float | None:
-        key = (shape, replicas)
+    def estimate(self, pool: _Pool, shape: Shape, replicas: int, where: _Where) -> float | None:
+        key = (shape, replicas, where.key)
         if key in pool.estimates:
             return pool.estimates[key]
         timeline = self.timeline(pool)
-        value = timeline.estimate(fits_check(pool.policy, shape, replicas, pool.nodes))
+        value = timeline.estimate(fits_check(pool.policy, shape, replicas, where.nodes))
         if value is not None and value <= self.now:
             # It does not fit now, so not before the next job ends.
             value = timeline.next_end
         pool.estimates[key] = value
         return value
 
-    def try_preempt(self, job: Job, pool: _Pool, shape: Shape, replicas: int) -> bool:
+    def try_preempt(
+        self, job: Job, pool: _Pool, shape: Shape, replicas: int, where: _Where
+    ) -> bool:
         config = self.config
         if (
             not config.preemption_enabled
@@ -507,7 +668,7 @@ class _Cycle:
             or pool.backfill.reservation is not None
         ):
             return False
-        failed_key = (shape, replicas, job.priority, job.tenant)
+        failed_key = (shape, replicas, job.priority, job.tenant, where.key)
         if failed_key in pool.preempt_failed:
             return False
         if self.victims is None:
@@ -533,7 +694,7 @@ class _Cycle:
                 shape=shape,
                 replicas=replicas,
                 live=pool.live,
-                nodes=pool.nodes,
+                nodes=where.nodes,
                 policy=pool.policy,
                 candidates=candidates,
                 max_victims=config.max_victims_per_job,

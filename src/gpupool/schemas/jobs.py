@@ -8,7 +8,7 @@ Amounts in views are integers: ``gpu_milli`` per replica, ``gpu_memory_mib`` per
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -44,6 +44,13 @@ class SubmitJobRequest(WireModel):
             "any card, more GPUs or CPUs than any node, a GPU type no node has): it pends for "
             "nodes yet to join. Without it such a submit is refused (422) with the limit"
         ),
+    )
+    # sbatch --begin (issue 27)
+    begin: float | None = Field(
+        default=None,
+        ge=0,
+        le=253402300799,
+        description="not eligible to start before this time (epoch seconds), like sbatch --begin",
     )
 
 
@@ -138,6 +145,11 @@ class JobView(WireModel):
     )
     spilled_bytes: int = Field(default=0, description="the sum over its slices' spilled_bytes")
     priority_factors: list[FactorView] | None = None
+    # issue 27: what it waits for (sbatch --dependency), as submitted
+    dependency: str | None = None
+    # issue 27: where it may run (sbatch --nodelist / --exclude); empty: anywhere
+    nodelist: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
     container: ContainerWire | None = Field(
         default=None, description="the image it runs in (submit --image); None: bare process"
     )
@@ -174,3 +186,38 @@ class ResizeJobRequest(WireModel):
 
 class CancelJobRequest(WireModel):
     reason: str | None = Field(default=None, max_length=500)
+
+
+# ----------------------------------------------------------------- bulk (issue 27)
+
+
+class BulkJobsRequest(WireModel):
+    """Cancel, hold or release every job a selection names, in one transaction (like
+    ``scancel -u alice -t PENDING``): ids (job or array ids) and filters, each narrowing."""
+
+    action: Literal["cancel", "hold", "release"]
+    ids: list[str] = Field(default_factory=list, max_length=10_000)
+    user: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+    states: list[str] = Field(default_factory=list, max_length=20, description="names or codes")
+    array: str | None = Field(default=None, max_length=64, description="a job array's id")
+    tenant: str | None = Field(default=None, max_length=64)
+    pool: str | None = Field(default=None, max_length=64)
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class BulkJobChange(WireModel):
+    id: str
+    name: str
+    state: str
+    held: bool
+
+
+class BulkJobsResponse(WireModel):
+    action: str
+    changed: list[BulkJobChange] = Field(description="the jobs changed, with their new state")
+    not_found: list[str] = Field(description="ids named that match no job you can see")
+    skipped: list[BulkJobChange] = Field(
+        description="jobs named by id that the action does not apply to, with their state"
+    )
+    refused: int = Field(description="jobs selected that you may not change")

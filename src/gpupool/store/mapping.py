@@ -12,6 +12,7 @@ from typing import Any
 
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.containers import ContainerSpec
+from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
@@ -61,6 +62,9 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         "checkpoint_signal": spec.checkpoint_signal,
         "grace_period_s": spec.grace_period_s,
         "isolation": spec.isolation.value,
+        **({"dependency": spec.dependency.text()} if spec.dependency is not None else {}),
+        **({"nodelist": list(spec.nodelist)} if spec.nodelist else {}),
+        **({"exclude": list(spec.exclude)} if spec.exclude else {}),
         "container": spec.container.to_json() if spec.container is not None else None,
     }
 
@@ -93,8 +97,20 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         checkpoint_signal=data["checkpoint_signal"],
         grace_period_s=data["grace_period_s"],
         isolation=IsolationMode(data["isolation"]),
+        dependency=parse_dependency(data["dependency"]) if data.get("dependency") else None,
+        nodelist=tuple(data.get("nodelist", ())),
+        exclude=tuple(data.get("exclude", ())),
         container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
     )
+
+
+def _array_json(task: ArrayTask) -> dict[str, Any]:
+    """A task as stored beside the spec; ``throttle`` only when the array has one (``%N``), so
+    an array without stores what it always did."""
+    out = asdict(task)
+    if out.get("throttle") is None:
+        out.pop("throttle", None)
+    return out
 
 
 def job_from_row(row: JobModel) -> Job:
@@ -131,7 +147,7 @@ def job_values(job: Job, *, idempotency_key: str | None = None) -> dict[str, Any
         "id": job.id,
         "idempotency_key": idempotency_key,
         "name": job.spec.name,
-        "spec": spec_to_json(job.spec) | ({"array": asdict(job.array)} if job.array else {}),
+        "spec": spec_to_json(job.spec) | ({"array": _array_json(job.array)} if job.array else {}),
         "tenant": job.tenant,
         "user": job.user,
         "pool": job.spec.pool,

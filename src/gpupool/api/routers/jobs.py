@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -12,6 +13,13 @@ from gpupool.api.deps import Act, OffsetQuery, Svc, Who, calling_actor
 from gpupool.api.views import event_view, job_view
 from gpupool.control.errors import Invalid
 from gpupool.control.services.arrays import submit_array
+from gpupool.control.services.bulk import (
+    BulkAction,
+    BulkService,
+    Selection,
+    forbid_other_tenant,
+    parse_states,
+)
 from gpupool.control.services.jobs import JobFilter
 from gpupool.control.services.resize import ResizeService
 from gpupool.domain.errors import InvalidValue
@@ -20,6 +28,9 @@ from gpupool.domain.states import JobState
 from gpupool.domain.units import parse_gpus, parse_memory
 from gpupool.schemas.agent import LogStream
 from gpupool.schemas.jobs import (
+    BulkJobChange,
+    BulkJobsRequest,
+    BulkJobsResponse,
     CancelJobRequest,
     JobEventView,
     JobList,
@@ -58,40 +69,68 @@ async def submit(body: SubmitJobRequest, request: Request) -> Response:
     key = body.idempotency_key or request.headers.get("idempotency-key")
     if key is not None and len(key) > 200:
         raise Invalid("the Idempotency-Key header is too long: use at most 200 characters")
+    when: dict[str, Any] = {
+        "held": body.hold,
+        "queue_anyway": body.queue_anyway,
+        "begin": body.begin,
+    }
     if body.array is not None:
         tasks, created = await run_in_threadpool(
-            submit_array,
-            svc.jobs,
-            act,
-            body.spec,
-            body.array,
-            key,
-            held=body.hold,
-            workdir_upload=body.workdir_upload,
-            queue_anyway=body.queue_anyway,
+            functools.partial(
+                submit_array,
+                svc.jobs,
+                act,
+                body.spec,
+                body.array,
+                key,
+                workdir_upload=body.workdir_upload,
+                **when,
+            )
         )
         views = [job_view(t) for t in tasks]
         view = SubmitJobResponse(job=views[0], created=created, array=views)
     else:
         if body.workdir_upload is None:
-            job, created = await svc.jobs.submit_async(
-                act, body.spec, key, held=body.hold, queue_anyway=body.queue_anyway
-            )
+            job, created = await svc.jobs.submit_async(act, body.spec, key, **when)
         else:
             job, created = await run_in_threadpool(
-                svc.jobs.submit,
-                act,
-                body.spec,
-                key,
-                workdir_upload=body.workdir_upload,
-                held=body.hold,
-                queue_anyway=body.queue_anyway,
+                functools.partial(
+                    svc.jobs.submit, act, body.spec, key, workdir_upload=body.workdir_upload, **when
+                )
             )
         view = SubmitJobResponse(job=job_view(job), created=created)
     # The view was validated when built: serialise it as it is (FastAPI would validate the
     # returned model again against response_model).
     return Response(
         view.model_dump_json(), status_code=201 if created else 200, media_type="application/json"
+    )
+
+
+@router.post("/bulk", response_model=BulkJobsResponse)
+def bulk(body: BulkJobsRequest, svc: Svc, act: Act) -> BulkJobsResponse:
+    """Cancel, hold or release every job the selection names, in one transaction (see
+    control/services/bulk.py): ids and filters narrow together; an empty selection is 422."""
+    forbid_other_tenant(act.principal, body.tenant)
+    selection = Selection(
+        ids=tuple(body.ids),
+        user=body.user,
+        name=body.name,
+        states=parse_states(body.states),
+        array_id=body.array,
+        tenant=body.tenant,
+        pool=body.pool,
+    )
+    done = BulkService(svc.cp).apply(act, BulkAction(body.action), selection, body.reason)
+    return BulkJobsResponse(
+        action=done.action.value,
+        changed=[
+            BulkJobChange(id=c.id, name=c.name, state=c.state, held=c.held) for c in done.changed
+        ],
+        not_found=done.not_found,
+        skipped=[
+            BulkJobChange(id=c.id, name=c.name, state=c.state, held=c.held) for c in done.skipped
+        ],
+        refused=done.refused,
     )
 
 

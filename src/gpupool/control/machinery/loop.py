@@ -4,6 +4,8 @@ One cycle:
 
 1. **snapshot**: read the store in one transaction (:func:`~.snapshot.build_snapshot`);
 2. **schedule**: call the pure scheduler (no transaction is open while it runs);
+   Pending jobs whose dependency is not met are held back from it, and those whose dependency
+   can never be met are ended (:mod:`~gpupool.control.machinery.dependencies`);
 3. **commit**: in one transaction, check the leader epoch, then apply the decision by the rules
    of :mod:`~gpupool.control.machinery.apply` (the same ones the simulator's replay follows)
    through its store adapter (:mod:`~gpupool.control.machinery.apply_store`): starts whose job
@@ -31,6 +33,11 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader, Unavailable
 from gpupool.control.machinery.apply import apply_decision
 from gpupool.control.machinery.apply_store import StoreTarget
+from gpupool.control.machinery.dependencies import (
+    DependencyCheck,
+    check_dependencies,
+    write_dependencies,
+)
 from gpupool.control.machinery.leader import Leadership, check_epoch
 from gpupool.control.machinery.snapshot import PendingRead, SpecCache, build_snapshot
 from gpupool.control.services.nodes import NodeService
@@ -103,6 +110,10 @@ class SchedulingLoop:
         now = self.cp.now()
         with self.cp.read() as s:
             snapshot, reads = build_snapshot(s, now, self.specs)
+            deps = check_dependencies(s, snapshot.pending)
+        if deps:
+            snapshot = deps.held_back(snapshot)
+            self._commit_dependencies(deps, reads, now)
         if not snapshot.pending:
             return CycleResult(seconds=self.cp.clock.monotonic() - t0)
         decision = self.schedule(snapshot, self.config, self.memo)
@@ -129,6 +140,21 @@ class SchedulingLoop:
         return CycleResult(
             applied.started, applied.skipped, applied.preempted, len(decision.pending)
         )
+
+    def _commit_dependencies(
+        self, deps: DependencyCheck, reads: Mapping[str, PendingRead], now: float
+    ) -> None:
+        """Write what :func:`check_dependencies` decided (control/machinery/dependencies.py):
+        the reasons of jobs held back, the end of those whose dependency is never met."""
+        stored = {i: reads[i].pending_reason for i in deps.waiting if i in reads}
+        if not deps.never and all(stored.get(i) == v[1] for i, v in deps.waiting.items()):
+            return  # nothing changed since the last cycle: no transaction
+        with self.cp.tx() as s:
+            check_epoch(s, self.cp.epoch)
+            ended = write_dependencies(s, deps, stored, now)
+        if ended:
+            log.info("cycle: ended %d job(s) whose dependency is never satisfied", len(ended))
+            self.cp.poke()  # their own dependents are judged again at once
 
     # ------------------------------------------------------------------ the thread
     def run_once(self) -> CycleResult | None:

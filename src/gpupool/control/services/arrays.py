@@ -18,7 +18,7 @@ from gpupool.control.errors import Invalid
 from gpupool.control.services.auth import Actor
 from gpupool.control.services.jobs import JobService, new_job_id
 from gpupool.control.services.uploads import UploadService
-from gpupool.domain.arrays import array_tasks, parse_array, task_name
+from gpupool.domain.arrays import array_tasks, array_throttle, parse_array, task_name
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import Job
 
@@ -33,18 +33,22 @@ def submit_array(
     held: bool = False,
     workdir_upload: str | None = None,
     queue_anyway: bool = False,
+    begin: float | None = None,
 ) -> tuple[list[Job], bool]:
     """Store one job per index of ``array``; returns them in index order and whether they were
     created now (``False``: a retry with the same key returned the first submit's tasks)."""
     try:
         indices = parse_array(array)
+        throttle = array_throttle(array)
     except InvalidValue as exc:
         raise Invalid(exc.message) from None
     if idempotency_key is not None and len(idempotency_key) > 190:
         raise Invalid(
             "an array's idempotency key must be at most 190 characters (each task adds #INDEX)"
         )
-    first = replace(jobs.prepare(actor, data, idempotency_key), queue_anyway=queue_anyway)
+    first = replace(
+        jobs.prepare(actor, data, idempotency_key), queue_anyway=queue_anyway, begin=begin
+    )
     if workdir_upload is not None:
         UploadService(jobs.cp).check_for_job(actor.principal, workdir_upload, first.tenant)
     name = first.spec.name
@@ -59,7 +63,7 @@ def submit_array(
             workdir_upload=workdir_upload,
             array=task,
         )
-        for task in array_tasks(new_job_id(), indices)
+        for task in array_tasks(new_job_id(), indices, throttle)
     ]
     made: list[Job] = []
     created = False

@@ -21,6 +21,11 @@ instance however many it is shown, so two would be one); the replicas of a gang 
 over nodes, so a gang is refused only when the whole pool, empty, could not hold all its
 replicas at once. A pool with no node yet takes any job: there is nothing to judge it by.
 
+The quota is judged the same way (:func:`quota_refusal`): a job that its tenant's quota in the
+pool could never admit, whatever else runs (alone over the limit, or not preemptible and alone
+over the guarantee: see :func:`gpupool.scheduling.admission.never_admitted`), is refused with
+the limit and what to change; ``queue_anyway`` stores it for a quota yet to change.
+
 Envelopes are cached per control plane for ``catalog_cache_s`` (the same freshness as the
 names submits are checked against) and dropped at once when a node registers or is deleted
 in this process, so the hot submit path reads the store for them once per interval.
@@ -43,7 +48,9 @@ from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.units import MILLI_PER_GPU, format_cpus, format_memory
-from gpupool.store.models import DeviceModel, NodeModel, PoolModel
+from gpupool.scheduling.admission import never_admitted
+from gpupool.store.mapping import quota_from_row
+from gpupool.store.models import DeviceModel, NodeModel, PoolModel, QuotaModel
 
 #: How to get past a refusal, appended to every one.
 QUEUE_ANYWAY = (
@@ -76,7 +83,7 @@ class PoolEnvelope:
     default_engine: str | None = None  # the pool's container_engine
     registries: tuple[str, ...] = ()  # the pool's image_registries (empty: any)
     # (request, replicas) -> refusal: the tasks of an array share one answer.
-    _memo: dict[tuple[ResourceRequest, int], str | None] = field(
+    _memo: dict[tuple[ResourceRequest, int, tuple[str, ...], tuple[str, ...]], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -85,7 +92,7 @@ class PoolEnvelope:
         engine = self.engine_refusal(spec)
         if engine is not None:
             return engine
-        key = (spec.resources, spec.replicas)
+        key = (spec.resources, spec.replicas, spec.nodelist, spec.exclude)
         if key not in self._memo:
             self._memo[key] = self._refusal(spec)
         return self._memo[key]
@@ -131,6 +138,17 @@ class PoolEnvelope:
         nodes = self.nodes if count else self.nodes + self.cpu_only
         if not nodes:
             return None
+        if spec.nodelist or spec.exclude:  # sbatch --nodelist / --exclude
+            only, never = set(spec.nodelist), set(spec.exclude)
+            chosen = tuple(n for n in nodes if (not only or n.name in only) and n.name not in never)
+            if not chosen:
+                return (
+                    f"no node of pool {self.pool} is left by --nodelist/--exclude (the pool's "
+                    f"nodes: {', '.join(n.name for n in nodes)}): name nodes gpupool nodes "
+                    'lists, or submit it with --queue-anyway (API: "queue_anyway": true) to '
+                    "queue it for nodes yet to join"
+                )
+            nodes = chosen
         where = f"pool {self.pool}"
         if count:
             models = sorted({m for n in nodes for m, _, _ in n.devices})
@@ -193,6 +211,35 @@ class PoolEnvelope:
                 f"{QUEUE_ANYWAY}"
             )
         return None
+
+
+def quota_refusal(
+    s: Session, tenant: str, spec: JobSpec, seen: dict[tuple[str, str], QuotaModel | None]
+) -> str | None:
+    """Why ``tenant``'s quota in the spec's pool could never admit ``spec``; ``None`` when it
+    could. ``seen``: quota rows already read in this transaction, by (tenant, pool)."""
+    key = (tenant, spec.pool)
+    if key not in seen:
+        seen[key] = s.get(QuotaModel, key)
+    row = seen[key]
+    if row is None:
+        return None
+    r = spec.resources
+    memory = (r.gpu_memory_mib or 0) * r.device_count * spec.replicas
+    why = never_admitted(
+        quota_from_row(row),
+        tenant=tenant,
+        pool=spec.pool,
+        preemptible=spec.preemptible,
+        gpu_milli=spec.total_gpu_milli,
+        gpu_memory_mib=memory,
+    )
+    if why is None:
+        return None
+    return (
+        f'{why}; or submit it with --queue-anyway (API: "queue_anyway": true) to queue it '
+        "until the quota changes"
+    )
 
 
 def _types(gpu_types: tuple[str, ...]) -> str:

@@ -24,15 +24,16 @@ from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
-from gpupool.control.machinery.jobstate import move, order_stop
-from gpupool.control.machinery.nodeorders import stored_job
+from gpupool.control.machinery.dependencies import unknown_targets
+from gpupool.control.machinery.jobstate import move
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
-from gpupool.control.services.envelope import envelopes
+from gpupool.control.services.bulk import cancel_row
+from gpupool.control.services.envelope import envelopes, quota_refusal
 from gpupool.control.services.jobedit import updated_spec
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import ArrayTask
-from gpupool.domain.assignments import AssignmentState, StopReason
+from gpupool.domain.assignments import AssignmentState
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
@@ -47,6 +48,7 @@ from gpupool.store.models import (
     JobEventModel,
     JobModel,
     PoolModel,
+    QuotaModel,
     SliceModel,
 )
 
@@ -178,6 +180,7 @@ class PendingSubmit:
     held: bool = False  # submitted held: it waits until released
     array: ArrayTask | None = None  # a task of a job array
     queue_anyway: bool = False  # store it even if no node of its pool could hold it
+    begin: float | None = None  # not eligible before this time (sbatch --begin), epoch seconds
 
 
 #: What storing one submit came to: the job and whether it was created now, or the error.
@@ -199,6 +202,7 @@ class JobService:
         workdir_upload: str | None = None,
         held: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
     ) -> tuple[Job, bool]:
         """Validate and store a job; returns it and whether it was created now.
 
@@ -207,9 +211,13 @@ class JobService:
         the agent, which unpacks it and runs the job there. ``held``: the job is stored held and
         waits until released (an idempotent retry returns the first job as it is).
         ``queue_anyway``: store it even when no node of its pool could hold it (see
-        :mod:`gpupool.control.services.envelope`); otherwise such a job is refused."""
+        :mod:`gpupool.control.services.envelope`); otherwise such a job is refused.
+        ``begin``: it is not eligible before then (epoch seconds; sbatch --begin)."""
         pending = replace(
-            self.prepare(actor, data, idempotency_key), held=held, queue_anyway=queue_anyway
+            self.prepare(actor, data, idempotency_key),
+            held=held,
+            queue_anyway=queue_anyway,
+            begin=begin,
         )
         if workdir_upload is not None:
             UploadService(self.cp).check_for_job(actor.principal, workdir_upload, pending.tenant)
@@ -227,12 +235,13 @@ class JobService:
         *,
         held: bool = False,
         queue_anyway: bool = False,
+        begin: float | None = None,
     ) -> tuple[Job, bool]:
         """:meth:`submit` (without an upload) through group commit: concurrent submits share
         one transaction; this returns after the commit. Call it from an event loop."""
         pending = self.prepare(actor, data, idempotency_key)
-        if held or queue_anyway:
-            pending = replace(pending, held=held, queue_anyway=queue_anyway)
+        if held or queue_anyway or begin is not None:
+            pending = replace(pending, held=held, queue_anyway=queue_anyway, begin=begin)
         if self._batcher is None:
             self._batcher = GroupCommit(
                 self.write_submits,
@@ -308,6 +317,7 @@ class JobService:
             # Idempotency: the jobs these keys already made (one query for the batch; the
             # user + key index answers it), and keys repeated within the batch.
             known: dict[tuple[str, str], Job] = {}
+            quotas: dict[tuple[str, str], QuotaModel | None] = {}  # read once per batch
             keyed = [(i.actor.principal.user, i.key) for i in items if i.key is not None]
             if keyed:
                 users = sorted({u for u, _ in keyed})
@@ -345,10 +355,22 @@ class JobService:
                         f"priority class {spec.priority_class!r} does not exist: use one of {names}"
                     )
                     continue
+                if spec.dependency is not None:
+                    scope = None if item.actor.principal.cluster_wide else item.tenant
+                    unknown = unknown_targets(s, spec.dependency, scope)
+                    if unknown:
+                        outcomes[n] = Invalid(
+                            f"dependency {spec.dependency.text()!r} names {', '.join(unknown)}, "
+                            "which is not a job or job array you can see: give ids from "
+                            "gpupool queue or gpupool history"
+                        )
+                        continue
                 room = envelopes(self.cp).get(s, spec.pool)
                 refusal = room.image_refusal(spec)  # containers: the allowlist, always
                 if refusal is not None or not item.queue_anyway:
-                    refusal = refusal or room.refusal(spec)
+                    refusal = (
+                        refusal or room.refusal(spec) or quota_refusal(s, item.tenant, spec, quotas)
+                    )
                     if refusal is not None:
                         outcomes[n] = Invalid(refusal)
                         continue
@@ -359,7 +381,7 @@ class JobService:
                     user=user,
                     priority=priority,
                     submit_time=now,
-                    eligible_time=now,
+                    eligible_time=now if item.begin is None else max(now, item.begin),
                     held=item.held,
                     array=item.array,
                 )
@@ -475,14 +497,7 @@ class JobService:
             state = JobState(row.state)
             if state.is_terminal:
                 raise Conflict(f"job {job_id} already ended ({state.value}): nothing to cancel")
-            policy = stored_job(row).stop_policy
-            if state in (JobState.PENDING, JobState.REQUEUED, JobState.CONFIGURING):
-                move(s, row, JobState.CANCELLED, now, reason=why)
-            elif state is JobState.RUNNING:
-                move(s, row, JobState.COMPLETING, now, reason=why)
-            # COMPLETING: a stop is already under way; its replicas not yet ordered to stop
-            # are cancelled (they end through the exit report, or before they started)
-            order_stop(s, job_id, StopReason.CANCEL, policy.signal, policy.grace_s)
+            cancel_row(s, row, why, now)
             audit.record(s, actor, "job.cancel", now, target=job_id)
             job = job_from_row(row)
         self.cp.poke()
