@@ -27,6 +27,7 @@ from gpupool.schemas.agent import (
     RegisterRequest,
     RegisterResponse,
 )
+from gpupool.schemas.base import read_answer
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -120,7 +121,7 @@ class HttpTransport:
         if response.status_code >= 400:
             raise AgentRejected(_refusal(path, response))
         try:
-            return answer.model_validate(response.json())
+            return read_answer(answer, response.json())
         except (ValidationError, ValueError) as exc:
             raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
 
@@ -179,7 +180,7 @@ class HttpTransport:
         if response.status_code >= 400:
             raise AgentRejected(f"the server refused {path} ({response.status_code})")
         try:
-            return OrdersAnswer.model_validate(response.json())
+            return read_answer(OrdersAnswer, response.json())
         except (ValidationError, ValueError) as exc:
             raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from gpupool import __version__
 from gpupool.client.config import Resolved, gpupool_home, resolve
@@ -56,6 +56,7 @@ from gpupool.schemas.admin import (
     UserView,
     WhoAmI,
 )
+from gpupool.schemas.base import read_answer, read_answers
 from gpupool.schemas.jobs import (
     BulkJobsResponse,
     JobEventView,
@@ -227,12 +228,12 @@ class Client:
 
     def _get(self, model: type[M], path: str, **params: Any) -> M:
         clean = {k: v for k, v in params.items() if v is not None}
-        return model.model_validate(self.request("GET", path, params=clean).json())
+        return read_answer(model, self.request("GET", path, params=clean).json())
 
     def _get_list(self, model: type[M], path: str, **params: Any) -> builtins.list[M]:
         clean = {k: v for k, v in params.items() if v is not None}
         data = self.request("GET", path, params=clean).json()
-        return TypeAdapter(builtins.list[model]).validate_python(data)  # type: ignore[valid-type]
+        return read_answers(model, data)
 
     # ------------------------------------------------------------------ identity
 
@@ -330,7 +331,7 @@ class Client:
                     raise
                 self.clock.sleep(0.5 * 2**attempt)
                 continue
-            return SubmitJobResponse.model_validate(response.json())
+            return read_answer(SubmitJobResponse, response.json())
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def upload_workdir(self, path: str | Path, limit: int = DEFAULT_LIMIT_BYTES) -> str:
@@ -343,7 +344,7 @@ class Client:
         response = self.request(
             "POST", "/v1/uploads", content=data, headers={"Content-Type": "application/gzip"}
         )
-        return UploadView.model_validate(response.json()).upload_id
+        return read_answer(UploadView, response.json()).upload_id
 
     def get(self, job_id: str) -> JobView:
         """One job with its pending reason, estimated start and priority factors."""
@@ -377,7 +378,7 @@ class Client:
                     params.append((key, value))
             if cursor is not None:
                 params.append(("cursor", cursor))
-            page = JobList.model_validate(self.request("GET", "/v1/jobs", params=params).json())
+            page = read_answer(JobList, self.request("GET", "/v1/jobs", params=params).json())
             out.extend(page.jobs)
             cursor = page.next_cursor
             if cursor is None:
@@ -386,7 +387,7 @@ class Client:
 
     def cancel(self, job_id: str, reason: str | None = None) -> JobView:
         response = self.request("POST", f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
-        return JobView.model_validate(response.json())
+        return read_answer(JobView, response.json())
 
     def bulk(
         self,
@@ -416,7 +417,7 @@ class Client:
             "reason": reason,
         }
         response = self.request("POST", "/v1/jobs/bulk", json=body)
-        return BulkJobsResponse.model_validate(response.json())
+        return read_answer(BulkJobsResponse, response.json())
 
     def resize(
         self, job_id: str, *, gpus: str | None = None, gpu_memory: str | None = None
@@ -424,13 +425,13 @@ class Client:
         """Resize a running shim job's slice in place (``POST /v1/jobs/{id}/resize``)."""
         body = {"gpus": gpus, "gpu_memory": gpu_memory}
         response = self.request("POST", f"/v1/jobs/{job_id}/resize", json=body)
-        return JobView.model_validate(response.json())
+        return read_answer(JobView, response.json())
 
     def hold(self, job_id: str) -> JobView:
-        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/hold").json())
+        return read_answer(JobView, self.request("POST", f"/v1/jobs/{job_id}/hold").json())
 
     def release(self, job_id: str) -> JobView:
-        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/release").json())
+        return read_answer(JobView, self.request("POST", f"/v1/jobs/{job_id}/release").json())
 
     def update(self, job_id: str, **changes: Any) -> JobView:
         """Change a pending job (like ``scontrol update``): ``name``, ``priority`` (class),
@@ -438,12 +439,12 @@ class Client:
         ``preemptible``. Raises :class:`~gpupool.client.errors.ApiError` (422 bad value, 409
         the job has started)."""
         body = {key: value for key, value in changes.items() if value is not None}
-        return JobView.model_validate(self.request("PATCH", f"/v1/jobs/{job_id}", json=body).json())
+        return read_answer(JobView, self.request("PATCH", f"/v1/jobs/{job_id}", json=body).json())
 
     def requeue(self, job_id: str) -> JobView:
         """Put a job that ended without finishing (failed, preempted, node or boot failure)
         back in the queue; :class:`~gpupool.client.errors.ApiError` (409) for any other state."""
-        return JobView.model_validate(self.request("POST", f"/v1/jobs/{job_id}/requeue").json())
+        return read_answer(JobView, self.request("POST", f"/v1/jobs/{job_id}/requeue").json())
 
     def events(self, job_id: str) -> builtins.list[JobEventView]:
         return self._get_list(JobEventView, f"/v1/jobs/{job_id}/events")
@@ -656,7 +657,7 @@ class Client:
 
     def set_node_state(self, name: str, state: str) -> NodeView:
         response = self.request("POST", f"/v1/nodes/{name}/state", json={"state": state})
-        return NodeView.model_validate(response.json())
+        return read_answer(NodeView, response.json())
 
     def move_device(self, uuid: str, pool: str) -> None:
         self.request("POST", f"/v1/devices/{uuid}/pool", json={"pool": pool})
@@ -683,7 +684,7 @@ class Client:
         for key, value in (("start", start), ("end", end), ("tenant", tenant)):
             if value is not None:
                 params.append((key, value))
-        return UsageReport.model_validate(self.request("GET", "/v1/usage", params=params).json())
+        return read_answer(UsageReport, self.request("GET", "/v1/usage", params=params).json())
 
     def audit(
         self,
@@ -714,7 +715,7 @@ class Client:
 
     def put_pool(self, name: str, **fields: Any) -> PoolView:
         response = self.request("PUT", f"/v1/pools/{name}", json=fields)
-        return PoolView.model_validate(response.json())
+        return read_answer(PoolView, response.json())
 
     def delete_pool(self, name: str) -> None:
         self.request("DELETE", f"/v1/pools/{name}")
@@ -727,14 +728,14 @@ class Client:
 
     def put_tenant(self, name: str, **fields: Any) -> TenantView:
         response = self.request("PUT", f"/v1/tenants/{name}", json=fields)
-        return TenantView.model_validate(response.json())
+        return read_answer(TenantView, response.json())
 
     def delete_tenant(self, name: str) -> None:
         self.request("DELETE", f"/v1/tenants/{name}")
 
     def set_quota(self, tenant: str, pool: str, **fields: Any) -> QuotaView:
         response = self.request("PUT", f"/v1/tenants/{tenant}/quotas/{pool}", json=fields)
-        return QuotaView.model_validate(response.json())
+        return read_answer(QuotaView, response.json())
 
     def delete_quota(self, tenant: str, pool: str) -> None:
         self.request("DELETE", f"/v1/tenants/{tenant}/quotas/{pool}")
@@ -744,7 +745,7 @@ class Client:
 
     def put_priority_class(self, name: str, value: int) -> PriorityClassView:
         response = self.request("PUT", f"/v1/priority-classes/{name}", json={"value": value})
-        return PriorityClassView.model_validate(response.json())
+        return read_answer(PriorityClassView, response.json())
 
     def users(self) -> builtins.list[UserView]:
         return self._get_list(UserView, "/v1/users")
@@ -753,7 +754,7 @@ class Client:
         response = self.request(
             "POST", "/v1/users", json={"name": name, "role": role, "tenant": tenant}
         )
-        return UserView.model_validate(response.json())
+        return read_answer(UserView, response.json())
 
     def delete_user(self, name: str) -> None:
         self.request("DELETE", f"/v1/users/{name}")
@@ -768,7 +769,7 @@ class Client:
         response = self.request(
             "POST", "/v1/tokens", json={"user": user, "name": name, "ttl_s": ttl_s}
         )
-        return IssuedTokenView.model_validate(response.json())
+        return read_answer(IssuedTokenView, response.json())
 
     def revoke_token(self, token_id: str) -> None:
         self.request("DELETE", f"/v1/tokens/{token_id}")
