@@ -204,7 +204,7 @@ class Agent(Launcher):
             else None
         )
         self.results = (
-            ResultShipper(transport, self.executor.jobs_dir)
+            ResultShipper(transport, self.executor.jobs_dir, agent_id=self.agent_id)
             if isinstance(transport, ResultSink)
             else None
         )

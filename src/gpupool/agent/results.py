@@ -30,14 +30,24 @@ log = logging.getLogger("gpupool.agent.results")
 class ResultSink(Protocol):
     """Where results go (the HTTP transport implements it)."""
 
-    def ship_results(self, assignment_id: str, data: bytes, problem: str | None) -> None: ...
+    def ship_results(
+        self, assignment_id: str, data: bytes, problem: str | None, agent_id: str | None = None
+    ) -> None: ...
 
 
 class ResultShipper:
     """See the module docstring. ``jobs_dir`` holds the replicas' job folders."""
 
-    def __init__(self, sink: ResultSink, jobs_dir: Path, limit: int = DEFAULT_LIMIT_BYTES) -> None:
+    def __init__(
+        self,
+        sink: ResultSink,
+        jobs_dir: Path,
+        limit: int = DEFAULT_LIMIT_BYTES,
+        *,
+        agent_id: str | None = None,
+    ) -> None:
         self.sink = sink
+        self.agent_id = agent_id  # sent with each result: the server takes them from it only
         self.jobs_dir = jobs_dir
         self.limit = limit
         self.pending: dict[str, Path | None] = {}  # key -> the folder to pack (None: unknown)
@@ -57,7 +67,7 @@ class ResultShipper:
         for key, folder in sorted(self.pending.items(), key=lambda kv: kv[0]):
             data, problem = self._pack(folder)
             try:
-                self.sink.ship_results(key, data, problem)
+                self.sink.ship_results(key, data, problem, self.agent_id)
             except AgentRejected as exc:  # refused for good (unknown assignment, too large)
                 log.warning("results of %s not kept by the server: %s", key, exc)
             del self.pending[key]
