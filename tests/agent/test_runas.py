@@ -57,7 +57,7 @@ def test_no_account_root_or_no_user_is_refused_with_what_to_do() -> None:
 def test_a_bad_mode_or_a_closed_folder_stops_the_agent_from_starting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(GpupoolError, match="choose one of agent, submitter"):
+    with pytest.raises(GpupoolError, match="choose one of auto, agent, submitter"):
         check_mode("everyone", [])
     closed = tmp_path / "closed"
     (closed / "state").mkdir(parents=True)

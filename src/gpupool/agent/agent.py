@@ -28,9 +28,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gpupool import __version__
+from gpupool.agent.dynuid import UidLeases, release_later
 from gpupool.agent.executor import Executor
 from gpupool.agent.fence import Fence
 from gpupool.agent.gpurules import Replica, shim_spilled
@@ -52,7 +53,7 @@ from gpupool.agent.node import (
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.results import ResultShipper, ResultSink
-from gpupool.agent.runas import AGENT
+from gpupool.agent.runas import AGENT, AUTO, resolve_mode, switches_account
 from gpupool.agent.transport import (
     AgentRejected,
     Backoff,
@@ -179,7 +180,7 @@ class Agent(Launcher):
             for d in self.devices:
                 self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
         self._regions: dict[str, Region] = {}  # shim region path -> the mapped region
-        if config.run_as != AGENT and not os.environ.get(SHIM_DIR_ENV):
+        if switches_account(config.run_as) and not os.environ.get(SHIM_DIR_ENV):
             # The build cache defaults to the agent's home (root's is private): its jobs' accounts
             # must load the façade, so it goes below the state folder, which they may pass.
             os.environ[SHIM_DIR_ENV] = str(config.state_dir / "shim")
@@ -197,6 +198,9 @@ class Agent(Launcher):
             self._shim_reserve = ShimReserves(config.state_dir / CACHE_NAME, driver).for_devices(
                 d.uuid for d in self.devices if d.mig_parent is None
             )
+        self.uid_leases = (
+            UidLeases(config.state_dir) if resolve_mode(config.run_as) == AUTO else None
+        )
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -241,6 +245,10 @@ class Agent(Launcher):
             adopted.append(key)
             if self.shipper is not None:
                 self.shipper.track(key)
+        if self.uid_leases is not None:  # an earlier agent ended before releasing these
+            for key in set(self.uid_leases.keys()) - set(adopted):
+                done = read_json(self.executor.done_dir / key / "assignment.json") or {}
+                self._release_account(key, done.get("assignment") or {}, done.get("checkpoint_dir"))
         return adopted
 
     def register_request(self) -> RegisterRequest:
@@ -375,7 +383,11 @@ class Agent(Launcher):
                 self._end_shim(replica)
                 del self.replicas[key]
                 job_id = replica.assignment.job_id
-                remove_copy(self.config.state_dir / "work", job_id, key)
+                if self.uid_leases is not None:
+                    a = replica.assignment
+                    self._release_account(key, {"job_id": a.job_id}, replica.checkpoint_dir)
+                else:
+                    remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
             self.apply_stop(order)
         for resize in answer.resize:
@@ -511,6 +523,15 @@ class Agent(Launcher):
         except (ServerUnavailable, AgentRejected) as exc:
             log.debug("log shipping postponed: %s", exc)
             return 0
+
+    def _release_account(self, key: str, assignment: dict[str, Any], ckpt: str | None) -> None:
+        """Delete replica ``key``'s copy and end its transient account, in the background."""
+        assert self.uid_leases is not None
+        job_id, work = str(assignment.get("job_id") or ""), self.config.state_dir / "work"
+        folders = [work / job_id] if job_id else []
+        folders += [Path(ckpt)] if ckpt else []
+        first = (lambda: remove_copy(work, job_id, key)) if job_id else None
+        release_later(self.uid_leases, key, folders, first)
 
     def close(self) -> None:
         self.transport.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.agent import mpsplan
+from gpupool.agent.dynuid import UidLeases
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER
 from gpupool.agent.gpurules import GpuRules, Replica
@@ -52,6 +53,7 @@ class Launcher(GpuRules):
     _device_memory: dict[str, int]  # device -> physical MiB
     _mig: set[str]  # devices that are MIG instances
     _shim_reserve: dict[str, int]  # device -> context reserve (bytes) for regions
+    uid_leases: UidLeases | None  # transient accounts (run_as auto as root), else None
 
     def apply_stop(self, order: StopOrder) -> bool:
         """Stop a replica; False when the order is stale or names nothing running."""
@@ -128,7 +130,7 @@ class Launcher(GpuRules):
                 raise IsolationUnavailable(
                     f"devices {', '.join(unknown)} are not on node {self.config.node}"
                 )
-            account = job_account(self.config.run_as, a.user, self.config.node)
+            account = self.account_of(a)
             replica.uid = account.uid if account is not None else os.getuid()
             ctx = replace(
                 ctx, mps_refused=mpsplan.conflict(self._mps_tenants(), replica.uid, a.device_uuids)
@@ -164,6 +166,8 @@ class Launcher(GpuRules):
                 made_workdir = True
             elif made_workdir:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
+            if account is not None and account.transient:
+                account = replace(account, home=workdir)  # no home of its own
             if not Path(workdir).is_dir():
                 raise IsolationUnavailable(
                     f"workdir {workdir} does not exist on node {self.config.node}: create it "
@@ -232,6 +236,17 @@ class Launcher(GpuRules):
         if self.shipper is not None:
             self.shipper.track(a.assignment_id)
         return True
+
+    def account_of(self, a: AssignmentSpec) -> Account | None:
+        """Whose account replica ``a`` runs as (``None``: the agent's own); the one decision
+        every launch path follows (see :func:`~gpupool.agent.runas.job_account`)."""
+        return job_account(
+            self.config.run_as,
+            a.user,
+            self.config.node,
+            key=a.assignment_id,
+            leases=self.uid_leases,
+        )
 
     def _record(self, replica: Replica) -> dict[str, Any]:
         return {

@@ -21,7 +21,7 @@ import httpx
 
 from gpupool.agent.agent import Agent, AgentConfig
 from gpupool.agent.node import default_node_name
-from gpupool.agent.runas import AGENT, check_mode, protect_state
+from gpupool.agent.runas import AUTO, check_mode, protect_state
 from gpupool.agent.transport import AgentRejected, HttpTransport
 from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.domain.errors import GpupoolError
@@ -74,7 +74,7 @@ class LocalAgent:
         seed: int = 0,
         clock: Clock | None = None,
         announce: Callable[[str], None] = log.info,
-        run_as: str = AGENT,
+        run_as: str = AUTO,
     ) -> None:
         self.home = home
         self.url = url
