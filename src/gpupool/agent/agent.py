@@ -274,6 +274,7 @@ class Agent(Launcher):
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
         self.fence.node_timeout_s = answer.node_timeout_s
+        self.contact()  # recorded with the node timeout: the supervisors may fence now
         self.registered = True
 
     # ------------------------------------------------------------------ observing
@@ -458,9 +459,14 @@ class Agent(Launcher):
             stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
 
     def contact(self) -> None:
-        """The server answered (anything): the fence's silence starts again."""
+        """The server answered (anything): the fence's silence starts again, for this agent
+        and for its replicas' supervisors (``contact.json``, see agent/fence.py)."""
         with self._fence_lock:
             self.fence.contact(self.clock.monotonic())
+            try:
+                self.fence.record(self.config.state_dir)
+            except OSError as exc:  # a full disk: the supervisors fence as if silent
+                log.warning("cannot record the server's contact: %s", exc)
 
     def _watch_fence(self, stop: threading.Event) -> None:
         while not stop.wait(self.config.local_tick_s):

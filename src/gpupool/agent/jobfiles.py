@@ -33,6 +33,15 @@ STOP = "stop.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
 
+#: The agent's record of its last contact with the server, in its state folder (beside
+#: ``jobs/``): ``{"monotonic": seconds, "node_timeout_s": seconds or null}``. The agent's fence
+#: and every supervisor's read it (see :mod:`gpupool.agent.fence`).
+CONTACT = "contact.json"
+#: Share of the server's node timeout of silence after which replicas are stopped.
+FENCE_AT = 0.5
+#: Share of the node timeout by which the stopped replicas are killed (the grace is cut to fit).
+KILL_BY = 0.75
+
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 #: Seconds between the stop signal and ``SIGKILL``.
 DEFAULT_GRACE_S = 30.0
@@ -117,3 +126,20 @@ def stop_record(data: dict[str, Any]) -> tuple[str, str, float]:
         str(data.get("signal", DEFAULT_STOP_SIGNAL)),
         float(data.get("grace_s", DEFAULT_GRACE_S)),
     )
+
+
+def fence_stop(contact: dict[str, Any] | None, now: float, grace_s: float) -> float | None:
+    """The grace (seconds) to stop a replica with when ``contact`` (a contact record) says the
+    server has been silent for :data:`FENCE_AT` of its node timeout at monotonic ``now``;
+    ``None`` when it has not (or there is no record, or no node timeout)."""
+    if not contact:
+        return None
+    try:
+        last = float(contact["monotonic"])
+        timeout = contact.get("node_timeout_s")
+        timeout = float(timeout) if timeout is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    if timeout is None or now - last < FENCE_AT * timeout:
+        return None
+    return max(0.0, min(grace_s, last + KILL_BY * timeout - now))

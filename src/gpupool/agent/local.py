@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.fence import Fence
 from gpupool.agent.node import default_node_name
 from gpupool.agent.runas import AUTO, check_mode, protect_state
 from gpupool.agent.transport import AgentRejected, HttpTransport
@@ -137,6 +138,8 @@ class LocalAgent:
                 self.agent.run(self._stop)
             finally:
                 self.agent.close()
+                # The server stops with this agent: its jobs wait for both, unfenced.
+                Fence.stand_down(self.state_dir)
         except (GpupoolError, AgentRejected, OSError, httpx.HTTPError) as exc:
             self.error = str(exc)
             log.error("the local agent stopped: %s", exc)

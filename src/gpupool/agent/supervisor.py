@@ -15,6 +15,10 @@ being restarted or killed. The supervisor:
 
 The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
 itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
+About once a second it also reads its agent's last contact with the server (``contact.json``
+in the state folder) and stops the job with the reason ``node`` when the server has been silent
+for half its node timeout: the agent's fence, kept when the agent itself is gone (see
+:mod:`gpupool.agent.fence`).
 
 Every job start pays for this interpreter's start-up, so the module imports only what it
 uses: the file format through :mod:`gpupool.agent.jobfiles` (dicts and ``str`` paths, no
@@ -39,6 +43,10 @@ from gpupool.runtime.procs import start_ticks
 TYPE_CHECKING = False  # ``typing`` costs start-up time: only mypy reads this
 if TYPE_CHECKING:
     from typing import IO, Any
+
+
+#: Seconds between two reads of the agent's contact record.
+FENCE_POLL_S = 1.0
 
 
 def _pump(source: IO[bytes], path: str, cap: int) -> None:
@@ -101,6 +109,13 @@ class Supervisor:
         record = jobfiles.state_record({**base, **fields})
         durable = record["status"] in (EXITED, BOOT_FAILED)
         jobfiles.write_json(self._file(jobfiles.STATE), record, durable=durable)
+
+    def _fence(self, spec: dict[str, Any]) -> tuple[str, str, float] | None:
+        """A ``node`` stop when the agent's record says the server went silent (see above)."""
+        state_dir = os.path.dirname(os.path.dirname(os.path.abspath(self.path)))
+        contact = read_json(os.path.join(state_dir, jobfiles.CONTACT))
+        grace = jobfiles.fence_stop(contact, self.clock.monotonic(), spec["grace_s"])
+        return None if grace is None else ("node", spec["stop_signal"], grace)
 
     def _read_stop(self) -> tuple[str, str, float] | None:
         """The agent's stop request (reason, signal name, grace in s), or ``None``."""
@@ -211,7 +226,8 @@ class Supervisor:
         killed = ""
         while proc.poll() is None:
             deadlines = [d for d in (limit_at, kill_deadline) if d is not None]
-            timeout = max(0.0, min(deadlines) - mono()) if deadlines else None
+            timeout = max(0.0, min(deadlines) - mono()) if deadlines else FENCE_POLL_S
+            timeout = min(timeout, FENCE_POLL_S)
             self.wake.wait(timeout)
             self.wake.clear()
             if proc.poll() is not None:
@@ -222,6 +238,8 @@ class Supervisor:
                     request = ("cancel", spec["stop_signal"], spec["grace_s"])
                 if request is None and limit_at is not None and mono() >= limit_at:
                     request = ("timeout", spec["stop_signal"], spec["grace_s"])
+                if request is None:
+                    request = self._fence(spec)
                 if request is not None:
                     stop_reason, signal_name, grace_s = request
                     _killpg(proc.pid, _signal_number(signal_name))
