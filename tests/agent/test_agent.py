@@ -441,6 +441,8 @@ def test_a_refused_uploaded_workdir_is_a_boot_failure_with_the_reason(tmp_path: 
     agent = make_agent(tmp_path, server)
     a = assignment("up", tmp_path)
     agent.apply_start(a.model_copy(update={"workdir_upload": "ab" * 16}))
+    # the replica's supervisor unpacks it (agent/jobsteps.py), not the agent
+    wait_for(lambda: agent.executor.observe("up").status == "boot_failed", 60, "the refusal")
     agent.observe()
     agent.heartbeat()
     got = server.last("up")

@@ -25,13 +25,8 @@ NODE_TIMEOUT_S = 8.0
 
 @pytest.fixture
 def pool(tmp_path: Path) -> Iterator[Pool]:
-    p = Pool(tmp_path, node_timeout_s=NODE_TIMEOUT_S)
-    try:
-        p.start_server()
-        p.start_agent("n1", "1xA100-80GB")
+    with Pool.running(tmp_path, {"n1": "1xA100-80GB"}, node_timeout_s=NODE_TIMEOUT_S) as p:
         yield p
-    finally:
-        p.close()
 
 
 def _alive(pid: int) -> bool:

@@ -32,6 +32,9 @@ STATE = "state.json"
 STOP = "stop.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
+#: A job's packed results (see :mod:`gpupool.agent.jobsteps`), or why there are none.
+RESULTS = "results.tar.gz"
+RESULTS_PROBLEM = "results-problem.txt"
 
 #: The agent's record of its last contact with the server, in its state folder (beside
 #: ``jobs/``): ``{"monotonic": seconds, "node_timeout_s": seconds or null}``. The agent's fence
@@ -57,6 +60,8 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "uid": None,
     "gid": None,
     "groups": [],
+    "unpack": None,  # {"archive", "max_bytes", "max_s"}: unpack the upload first (jobsteps)
+    "pack": None,  # {"limit", "max_input_bytes", "max_s"}: pack the results at the end
 }
 LAUNCH_REQUIRED = ("argv", "env", "cwd")
 

@@ -22,10 +22,11 @@ from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER
 from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import BOOT_FAILED, LaunchSpec, ProcessState, write_json
+from gpupool.agent.jobsteps import upload_steps
 from gpupool.agent.logship import LogShipper
 from gpupool.agent.runas import Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import Transport
-from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack
+from gpupool.agent.unpack import UnsafeArchive, copy_path, download
 from gpupool.runtime.isolation import (
     MPS_MODES,
     SHIM_MODES,
@@ -159,10 +160,13 @@ class Launcher(GpuRules):
             own = self.config.state_dir / "work" / a.job_id
             workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            archive: Path | None = None
             if a.workdir_upload is not None:
-                # Each replica gets its own copy of the uploaded folder.
+                # Each replica gets its own copy of the uploaded folder, unpacked by its
+                # supervisor as its account (agent/jobsteps.py): not on the heartbeat path.
                 workdir = str(copy_path(self.config.state_dir / "work", a.job_id, a.assignment_id))
-                fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
+                archive = download(self.transport, a.workdir_upload, Path(workdir))
+                Path(workdir).mkdir(parents=True, exist_ok=True)
                 made_workdir = True
             elif made_workdir:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -179,6 +183,8 @@ class Launcher(GpuRules):
                 hand_over(Path(checkpoint_dir), account)
                 if made_workdir:
                     hand_over(Path(workdir), account)
+                if archive is not None:  # its unpacking runs as the account
+                    os.chown(archive, account.uid, account.gid)
                 if replica.shim_region is not None:  # its processes map it to claim slots
                     ShimIsolation.hand_over(ienv, account.uid, account.gid)
         except (IsolationUnavailable, UnsafeArchive, NoAccount, OSError) as exc:
@@ -217,6 +223,7 @@ class Launcher(GpuRules):
             uid=account.uid if account is not None else None,
             gid=account.gid if account is not None else None,
             groups=list(account.groups) if account is not None else [],
+            **upload_steps(archive),
         )
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"

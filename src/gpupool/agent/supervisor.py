@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 
-from gpupool.agent import jobfiles
+from gpupool.agent import jobfiles, jobsteps
 from gpupool.agent.jobfiles import BOOT_FAILED, EXITED, RUNNING, STARTING, read_json
 from gpupool.domain.clocks import SystemClock
 from gpupool.runtime.procs import start_ticks
@@ -145,15 +145,15 @@ class Supervisor:
                 reason="stopped before its program started",
             )
             return 0
+        account: dict[str, Any] = {}
+        if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
+            account = {"user": spec["uid"], "group": spec["gid"], "extra_groups": spec["groups"]}
+        refused = self._unpack(spec, account)
+        if refused is not None:
+            self._write(status=BOOT_FAILED, reason=refused, ended_at=self.clock.now())
+            return 1
         started_at = self.clock.now()
         try:
-            account: dict[str, Any] = {}
-            if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
-                account = {
-                    "user": spec["uid"],
-                    "group": spec["gid"],
-                    "extra_groups": spec["groups"],
-                }
             proc = subprocess.Popen(
                 spec["argv"],
                 cwd=spec["cwd"],
@@ -193,6 +193,7 @@ class Supervisor:
         _killpg(proc.pid, signal.SIGKILL)  # leftovers of the group: free the GPU
         for t in pumps:
             t.join(timeout=5.0)
+        self._pack(spec, account)
         code = proc.returncode
         self._write(
             status=EXITED,
@@ -205,6 +206,45 @@ class Supervisor:
             reason="killed after its grace period" if kill_at == "killed" else None,
         )
         return 0
+
+    def _unpack(self, spec: dict[str, Any], account: dict[str, Any]) -> str | None:
+        """Unpack the job's upload into its folder first (see :mod:`gpupool.agent.jobsteps`);
+        the reason when that failed, else ``None``."""
+        step = spec["unpack"]
+        if not step:
+            return None
+        args = {"archive": step["archive"], "target": spec["cwd"], "max_bytes": step["max_bytes"]}
+        try:
+            done, said = jobsteps.run_step(jobsteps.UNPACK, args, account, step["max_s"], 4000)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(step["archive"])
+        if done:
+            return None
+        return said.decode(errors="replace").strip() or "the upload could not be unpacked"
+
+    def _pack(self, spec: dict[str, Any], account: dict[str, Any]) -> None:
+        """Pack the job's folder as its results (see :mod:`gpupool.agent.jobsteps`) into the
+        job folder, or write why not, for the agent to send."""
+        step = spec["pack"]
+        if not step:
+            return
+        args = {
+            "folder": spec["cwd"],
+            "limit": step["limit"],
+            "max_input_bytes": step["max_input_bytes"],
+        }
+        cap = int(step["limit"]) + 1
+        done, data = jobsteps.run_step(jobsteps.PACK, args, account, step["max_s"], cap)
+        if done and len(data) < cap:
+            name, durable = jobfiles.RESULTS, data
+        else:
+            why = data.decode(errors="replace").strip() if not done else "over the limit"
+            name, durable = jobfiles.RESULTS_PROBLEM, (why or "could not be packed").encode()
+        tmp = self._file(f".{name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(durable)
+        os.replace(tmp, self._file(name))
 
     def _wait_for(self, proc: subprocess.Popen[bytes]) -> None:
         proc.wait()

@@ -30,7 +30,7 @@ import shutil
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: The most bytes the members of one archive may add up to once unpacked.
 DEFAULT_MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
@@ -158,6 +158,19 @@ def unpack(archive: Path, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BY
     return total
 
 
+def unpack_step(args: dict[str, Any]) -> tuple[int, bytes]:
+    """The ``unpack`` step of :mod:`gpupool.agent.jobsteps`, run by the replica's supervisor as
+    the job's account: ``args`` names the ``archive``, the ``target`` and ``max_bytes``.
+    Returns ``(0, b"")``, or ``(REFUSED, the reason)``."""
+    from gpupool.agent.jobsteps import REFUSED
+
+    try:
+        unpack(Path(args["archive"]), Path(args["target"]), int(args["max_bytes"]))
+    except UnsafeArchive as exc:
+        return REFUSED, str(exc).encode(errors="replace")
+    return 0, b""
+
+
 def copy_path(work_root: Path, job_id: str, assignment_id: str) -> Path:
     """Where the unpacked copy of one replica lives (see **copy** above)."""
     return work_root / job_id / assignment_id
@@ -184,26 +197,44 @@ class UploadFetcher(Protocol):
     def download_upload(self, upload_id: str, dest: Path) -> None: ...
 
 
-def fetch_and_unpack(
-    fetcher: object, upload_id: str, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
-) -> None:
-    """Download upload ``upload_id`` and unpack it into ``target``.
+def archive_path(target: Path) -> Path:
+    """Where the downloaded archive of the copy ``target`` waits to be unpacked."""
+    return target.parent / f".{target.name}.upload.tar.gz"
 
-    Raises :class:`UnsafeArchive` for a refused archive, a failed download, or a transport
-    that cannot download (the replica is then a BOOT_FAIL with that reason)."""
+
+def download(fetcher: object, upload_id: str, target: Path) -> Path:
+    """Download upload ``upload_id`` beside the copy ``target`` (see :func:`archive_path`),
+    for the replica's supervisor to unpack (:func:`unpack_step`); returns the archive's path.
+
+    Raises :class:`UnsafeArchive` for a failed download or a transport that cannot download
+    (the replica is then a BOOT_FAIL with that reason)."""
     if not isinstance(fetcher, UploadFetcher):
         raise UnsafeArchive(
             f"this agent cannot download upload {upload_id}: its transport has no upload download"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    archive = target.parent / f".{target.name}.upload.tar.gz"
+    archive = archive_path(target)
     try:
-        try:
-            fetcher.download_upload(upload_id, archive)
-        except Exception as exc:
-            raise UnsafeArchive(
-                f"cannot download working directory upload {upload_id}: {exc}"
-            ) from None
+        fetcher.download_upload(upload_id, archive)
+    except Exception as exc:
+        archive.unlink(missing_ok=True)
+        raise UnsafeArchive(
+            f"cannot download working directory upload {upload_id}: {exc}"
+        ) from None
+    return archive
+
+
+def fetch_and_unpack(
+    fetcher: object, upload_id: str, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+) -> None:
+    """Download upload ``upload_id`` and unpack it into ``target``, in this process (tests and
+    tools; the agent leaves the unpacking to the replica's supervisor, see
+    :mod:`gpupool.agent.jobsteps`).
+
+    Raises :class:`UnsafeArchive` for a refused archive, a failed download, or a transport
+    that cannot download (the replica is then a BOOT_FAIL with that reason)."""
+    archive = download(fetcher, upload_id, target)
+    try:
         unpack(archive, target, max_bytes)
     finally:
         archive.unlink(missing_ok=True)
