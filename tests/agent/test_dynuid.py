@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent.dynuid import FIRST_UID, LAST_UID, UidLeases, processes_of
+from gpupool.agent.dynuid import (
+    FIRST_UID,
+    LAST_UID,
+    UidLeases,
+    processes_of,
+    release_orphans,
+)
+from tests.agent.helpers import wait_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="running as a leased UID needs root")
 
@@ -60,3 +67,17 @@ def test_release_kills_what_runs_as_the_uid_and_gives_the_folders_back(tmp_path:
     assert (folder / "model.pt").stat().st_uid == os.geteuid()
     assert folder.stat().st_mode & 0o777 == 0o700
     assert leases.leased("r1") is None
+
+
+def test_a_restarted_agent_releases_the_leases_of_replicas_it_does_not_adopt(
+    tmp_path: Path,
+) -> None:
+    leases = UidLeases(tmp_path / "state", tmp_path / "uids")
+    leases.allocate("ended")
+    kept = leases.allocate("running")
+    done = tmp_path / "state" / "done" / "ended"
+    done.mkdir(parents=True)
+    (done / "assignment.json").write_text(json.dumps({"assignment": {"job_id": "j1"}}))
+    release_orphans(leases, ["running"], tmp_path / "state" / "done")
+    wait_for(lambda: leases.leased("ended") is None, 30, "the orphaned lease to end")
+    assert leases.leased("running") == kept

@@ -28,10 +28,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from gpupool import __version__
-from gpupool.agent.dynuid import UidLeases, release_later
+from gpupool.agent.dynuid import UidLeases, release_orphans, release_replica
 from gpupool.agent.executor import Executor
 from gpupool.agent.fence import Fence
 from gpupool.agent.gpurules import Replica, shim_spilled
@@ -246,9 +246,7 @@ class Agent(Launcher):
             if self.shipper is not None:
                 self.shipper.track(key)
         if self.uid_leases is not None:  # an earlier agent ended before releasing these
-            for key in set(self.uid_leases.keys()) - set(adopted):
-                done = read_json(self.executor.done_dir / key / "assignment.json") or {}
-                self._release_account(key, done.get("assignment") or {}, done.get("checkpoint_dir"))
+            release_orphans(self.uid_leases, adopted, self.executor.done_dir)
         return adopted
 
     def register_request(self) -> RegisterRequest:
@@ -385,8 +383,7 @@ class Agent(Launcher):
                 del self.replicas[key]
                 job_id = replica.assignment.job_id
                 if self.uid_leases is not None:
-                    a = replica.assignment
-                    self._release_account(key, {"job_id": a.job_id}, replica.checkpoint_dir)
+                    release_replica(self.uid_leases, key, job_id, replica.checkpoint_dir)
                 else:
                     remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
@@ -529,15 +526,6 @@ class Agent(Launcher):
         except (ServerUnavailable, AgentRejected) as exc:
             log.debug("log shipping postponed: %s", exc)
             return 0
-
-    def _release_account(self, key: str, assignment: dict[str, Any], ckpt: str | None) -> None:
-        """Delete replica ``key``'s copy and end its transient account, in the background."""
-        assert self.uid_leases is not None
-        job_id, work = str(assignment.get("job_id") or ""), self.config.state_dir / "work"
-        folders = [work / job_id] if job_id else []
-        folders += [Path(ckpt)] if ckpt else []
-        first = (lambda: remove_copy(work, job_id, key)) if job_id else None
-        release_later(self.uid_leases, key, folders, first)
 
     def close(self) -> None:
         self.transport.close()

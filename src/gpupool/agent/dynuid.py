@@ -194,6 +194,32 @@ class UidLeases:
         return uid
 
 
+def release_replica(leases: UidLeases, key: str, job_id: str, checkpoint_dir: str | None) -> None:
+    """Delete replica ``key``'s copy of its upload and end its lease, in the background; its
+    folders (``work/<job id>``, the checkpoint folder) go back to the agent."""
+    from gpupool.agent.unpack import remove_copy
+
+    work = leases.state_dir / "work"
+    folders = [work / job_id] if job_id else []
+    folders += [Path(checkpoint_dir)] if checkpoint_dir else []
+    first = (lambda: remove_copy(work, job_id, key)) if job_id else None
+    release_later(leases, key, folders, first)
+
+
+def release_orphans(leases: UidLeases, adopted: Iterable[str], done_dir: Path) -> None:
+    """At an agent's start: end the leases an earlier agent held for replicas it did not adopt
+    (they ended, and that agent stopped before releasing them)."""
+    for key in sorted(set(leases.keys()) - set(adopted)):
+        try:
+            record = json.loads((done_dir / key / "assignment.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        assignment = record.get("assignment") or {}
+        release_replica(
+            leases, key, str(assignment.get("job_id") or ""), record.get("checkpoint_dir")
+        )
+
+
 def release_later(
     leases: UidLeases, key: str, folders: list[Path], first: Callable[[], None] | None = None
 ) -> threading.Thread:
