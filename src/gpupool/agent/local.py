@@ -11,6 +11,7 @@ running. With ``run_as`` (``gpupool up --run-as``) its jobs run as another accou
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -139,7 +140,8 @@ class LocalAgent:
             finally:
                 self.agent.close()
                 # The server stops with this agent: its jobs wait for both, unfenced.
-                Fence.stand_down(self.state_dir)
+                with contextlib.suppress(OSError):
+                    Fence.stand_down(self.state_dir)
         except (GpupoolError, AgentRejected, OSError, httpx.HTTPError) as exc:
             self.error = str(exc)
             log.error("the local agent stopped: %s", exc)
