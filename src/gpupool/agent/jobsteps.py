@@ -3,9 +3,10 @@
 Unpacking a job's upload before it starts and packing its results after it ends read what a
 user or a job wrote: 20,000 empty files, a ``truncate -s 3G`` file that gzips for minutes. Done
 by the agent, that work held its heartbeat loop (issue 24 item 4: nodes marked down, other
-tenants' jobs fenced). So the agent only downloads the archive and names these steps in the
-launch record (``unpack``, ``pack``); the replica's supervisor does them, in a child process
-of its own that:
+tenants' jobs fenced). So the agent names these steps in the launch record (``unpack``,
+``pack``) and downloads the archive in a thread of its own (:func:`gpupool.agent.unpack.
+download_later`: renamed into place when whole, or ``<archive>.failed`` with the reason); the
+replica's supervisor waits for it, then does the steps, in a child process of its own that:
 
 - runs as the job's account (the one the job runs as: a hostile archive or folder can do no
   more than the job itself could), with the supervisor's file descriptors closed and no
@@ -42,6 +43,8 @@ REFUSED = 3
 #: Keys of a step record in the launch record.
 UNPACK = "unpack"
 PACK = "pack"
+#: Beside the archive: the agent could not download it (the file says why).
+FAILED_SUFFIX = ".failed"
 
 
 def _child(kind: str, args: dict[str, Any], account: dict[str, Any], out: int) -> int:

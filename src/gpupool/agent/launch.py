@@ -26,7 +26,7 @@ from gpupool.agent.jobsteps import upload_steps
 from gpupool.agent.logship import LogShipper
 from gpupool.agent.runas import Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import Transport
-from gpupool.agent.unpack import UnsafeArchive, copy_path, download
+from gpupool.agent.unpack import UnsafeArchive, copy_path, download_later
 from gpupool.runtime.isolation import (
     MPS_MODES,
     SHIM_MODES,
@@ -165,7 +165,8 @@ class Launcher(GpuRules):
                 # Each replica gets its own copy of the uploaded folder, unpacked by its
                 # supervisor as its account (agent/jobsteps.py): not on the heartbeat path.
                 workdir = str(copy_path(self.config.state_dir / "work", a.job_id, a.assignment_id))
-                archive = download(self.transport, a.workdir_upload, Path(workdir))
+                owner = (account.uid, account.gid) if account is not None else None
+                archive = download_later(self.transport, a.workdir_upload, Path(workdir), owner)
                 Path(workdir).mkdir(parents=True, exist_ok=True)
                 made_workdir = True
             elif made_workdir:
@@ -183,8 +184,6 @@ class Launcher(GpuRules):
                 hand_over(Path(checkpoint_dir), account)
                 if made_workdir:
                     hand_over(Path(workdir), account)
-                if archive is not None:  # its unpacking runs as the account
-                    os.chown(archive, account.uid, account.gid)
                 if replica.shim_region is not None:  # its processes map it to claim slots
                     ShimIsolation.hand_over(ienv, account.uid, account.gid)
         except (IsolationUnavailable, UnsafeArchive, NoAccount, OSError) as exc:

@@ -149,6 +149,15 @@ class Supervisor:
         if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
             account = {"user": spec["uid"], "group": spec["gid"], "extra_groups": spec["groups"]}
         refused = self._unpack(spec, account)
+        early = self._read_stop() or (("cancel", "", 0.0) if self.terminate_requested else None)
+        if early is not None:  # stopped while its upload came or was unpacked
+            self._write(
+                status=EXITED,
+                stop_reason=early[0],
+                ended_at=self.clock.now(),
+                reason="stopped before its program started",
+            )
+            return 0
         if refused is not None:
             self._write(status=BOOT_FAILED, reason=refused, ended_at=self.clock.now())
             return 1
@@ -213,6 +222,9 @@ class Supervisor:
         step = spec["unpack"]
         if not step:
             return None
+        missing = self._wait_for_upload(step["archive"], step["max_s"])
+        if missing is not None:
+            return missing
         args = {"archive": step["archive"], "target": spec["cwd"], "max_bytes": step["max_bytes"]}
         try:
             done, said = jobsteps.run_step(jobsteps.UNPACK, args, account, step["max_s"], 4000)
@@ -222,6 +234,29 @@ class Supervisor:
         if done:
             return None
         return said.decode(errors="replace").strip() or "the upload could not be unpacked"
+
+    def _wait_for_upload(self, archive: str, max_s: float) -> str | None:
+        """Wait for the agent to finish downloading the upload (it renames the archive into
+        place, or writes ``<archive>.failed`` with the reason); the reason it did not come, or
+        ``None``. A stop request ends the wait (the caller sees it)."""
+        failed = archive + jobsteps.FAILED_SUFFIX
+        deadline = self.clock.monotonic() + max_s
+        while not os.path.exists(archive):
+            if os.path.exists(failed):
+                with open(failed, encoding="utf-8", errors="replace") as f:
+                    why = f.read(2000).strip()
+                with contextlib.suppress(OSError):
+                    os.unlink(failed)
+                return why or "the upload could not be downloaded"
+            if self.clock.monotonic() > deadline:
+                return (
+                    f"the upload did not reach the node within {max_s:.0f} s: check the "
+                    "network between the node and the server, and submit again"
+                )
+            if self.terminate_requested or os.path.exists(self._file(jobfiles.STOP)):
+                return "stopped"
+            self.wake.wait(0.1)
+        return None
 
     def _pack(self, spec: dict[str, Any], account: dict[str, Any]) -> None:
         """Pack the job's folder as its results (see :mod:`gpupool.agent.jobsteps`) into the

@@ -25,9 +25,11 @@ the agent turns that into the job's BOOT_FAIL and keeps the node up.
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import shutil
 import tarfile
+import threading
 import zlib
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -186,6 +188,9 @@ def remove_copy(work_root: Path, job_id: str, assignment_id: str) -> None:
         # replica's working directory right now, so it is left alone.
         return
     shutil.rmtree(copy, ignore_errors=True)
+    archive = archive_path(copy)  # a download that ended after its replica did
+    for leftover in (archive, archive.with_name(archive.name + ".partial")):
+        leftover.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         copy.parent.rmdir()  # only when empty: another replica of the job may still run
 
@@ -221,6 +226,40 @@ def download(fetcher: object, upload_id: str, target: Path) -> Path:
         raise UnsafeArchive(
             f"cannot download working directory upload {upload_id}: {exc}"
         ) from None
+    return archive
+
+
+def download_later(
+    fetcher: object, upload_id: str, target: Path, owner: tuple[int, int] | None
+) -> Path:
+    """Start downloading upload ``upload_id`` beside the copy ``target`` in a thread (not on
+    the agent's heartbeat path); returns where the archive will be. When whole it is given to
+    ``owner`` (uid, gid: the job's account, which unpacks it) and renamed into place; a failed
+    download leaves ``<archive>.failed`` with the reason instead (see
+    :mod:`gpupool.agent.jobsteps`). Raises :class:`UnsafeArchive` at once for a transport that
+    cannot download."""
+    from gpupool.agent.jobsteps import FAILED_SUFFIX
+
+    if not isinstance(fetcher, UploadFetcher):
+        raise UnsafeArchive(
+            f"this agent cannot download upload {upload_id}: its transport has no upload download"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    archive = archive_path(target)
+    partial = archive.with_name(archive.name + ".partial")
+
+    def run() -> None:
+        try:
+            fetcher.download_upload(upload_id, partial)
+            if owner is not None:
+                os.chown(partial, *owner)
+            os.replace(partial, archive)
+        except Exception as exc:  # said to the supervisor, which fails the replica with it
+            partial.unlink(missing_ok=True)
+            why = f"cannot download working directory upload {upload_id}: {exc}"
+            archive.with_name(archive.name + FAILED_SUFFIX).write_text(why[:2000])
+
+    threading.Thread(target=run, name=f"gpupool-download-{upload_id}", daemon=True).start()
     return archive
 
 
