@@ -136,21 +136,12 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._write(status=STARTING)
-        early = self._read_stop()
-        if early is not None:  # stopped before it started: never start it
-            self._write(
-                status=EXITED,
-                stop_reason=early[0],
-                ended_at=self.clock.now(),
-                reason="stopped before its program started",
-            )
-            return 0
         account: dict[str, Any] = {}
         if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
             account = {"user": spec["uid"], "group": spec["gid"], "extra_groups": spec["groups"]}
-        refused = self._unpack(spec, account)
+        refused = self._unpack(spec, account)  # at once without an upload
         early = self._read_stop() or (("cancel", "", 0.0) if self.terminate_requested else None)
-        if early is not None:  # stopped while its upload came or was unpacked
+        if early is not None:  # stopped before it started (while its upload came): never start
             self._write(
                 status=EXITED,
                 stop_reason=early[0],
