@@ -7,7 +7,9 @@ Example::
 
 Its state (job folders, logs, checkpoints by default) lives in ``--state-dir``, by default
 ``$GPUPOOL_HOME/agent/<node>``. Stopping the agent (Ctrl-C, SIGTERM) leaves jobs running; the
-next agent started with the same state folder re-adopts them.
+next agent started with the same state folder re-adopts them, if it makes contact with the server
+within half the server's node timeout; past that, the replicas stop themselves with the reason
+``node`` (the server is about to start them elsewhere; see agent/fence.py).
 """
 
 from __future__ import annotations
@@ -198,7 +200,8 @@ def run_agent(  # noqa: PLR0917 - typer options
     counts = agent.summary()
     live = counts.get("running", 0) + counts.get("starting", 0)
     typer.echo(
-        f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted on restart"
+        f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted by an agent "
+        "back within half the server's node timeout (they stop themselves after that)"
     )
     sys.stdout.flush()
 
