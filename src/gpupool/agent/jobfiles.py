@@ -44,6 +44,7 @@ CONTACT = "contact.json"
 FENCE_AT = 0.5
 #: Share of the node timeout by which the stopped replicas are killed (the grace is cut to fit).
 KILL_BY = 0.75
+PREPARE_LOG = "prepare.log"
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 #: Seconds between the stop signal and ``SIGKILL``.
@@ -62,6 +63,12 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "groups": [],
     "unpack": None,  # {"archive", "max_bytes", "max_s"}: unpack the upload first (jobsteps)
     "pack": None,  # {"limit", "max_input_bytes", "max_s"}: pack the results at the end
+    # Containers (see gpupool.containers.engines.ContainerPlan): argv lists run before the
+    # program (a failure is a boot failure) and after it (always), and the program's exit codes
+    # that mean it never started (see gpupool.agent.supervisor).
+    "prepare": [],
+    "cleanup": [],
+    "boot_failure": {},
 }
 LAUNCH_REQUIRED = ("argv", "env", "cwd")
 
@@ -77,6 +84,7 @@ STATE_FIELDS = (
     "signal",
     "stop_reason",
     "reason",
+    "final",
 )
 
 
@@ -116,7 +124,7 @@ def launch_record(data: dict[str, Any]) -> dict[str, Any]:
             + (f": missing {', '.join(missing)}" if missing else "")
             + (f": unknown {', '.join(unknown)}" if unknown else "")
         )
-    return {**LAUNCH_DEFAULTS, "groups": [], **data}
+    return {**LAUNCH_DEFAULTS, "groups": [], "prepare": [], "cleanup": [], **data}
 
 
 def state_record(fields: dict[str, Any]) -> dict[str, Any]:

@@ -127,24 +127,42 @@ def run_step(
     return code == 0, output
 
 
-def upload_steps(archive: object) -> dict[str, Any]:
-    """The launch record's steps for a replica whose upload was downloaded to ``archive`` (a
-    path; ``None``: no upload, no steps): unpack it first, pack the results at the end."""
+def step_account(step: dict[str, Any]) -> dict[str, Any]:
+    """The account a step runs as, as ``subprocess`` takes it (``{}``: the supervisor's)."""
+    if step.get("uid") is None:
+        return {}
+    return {"user": step["uid"], "group": step["gid"], "extra_groups": step.get("groups") or []}
+
+
+def upload_steps(archive: object, folder: str, account: object) -> dict[str, Any]:
+    """The launch record's steps for a replica whose upload comes to ``archive`` (a path;
+    ``None``: no upload, no steps), unpacked into and packed from ``folder`` as ``account``
+    (an :class:`~gpupool.agent.runas.Account`; ``None``: the agent's). The steps carry their
+    folder and account themselves: a container's launch record runs its program from ``/``
+    as the supervisor's account (the engine switches), never where or as whom the files are."""
     if archive is None:
         return {}
     from gpupool.agent.results import MAX_INPUT_BYTES
+    from gpupool.agent.runas import Account
     from gpupool.agent.unpack import DEFAULT_MAX_UNPACKED_BYTES
     from gpupool.client.pack import DEFAULT_LIMIT_BYTES
 
+    who: dict[str, Any] = {"uid": None, "gid": None, "groups": []}
+    if isinstance(account, Account):
+        who = {"uid": account.uid, "gid": account.gid, "groups": list(account.groups)}
     return {
         UNPACK: {
             "archive": str(archive),
+            "target": folder,
             "max_bytes": DEFAULT_MAX_UNPACKED_BYTES,
             "max_s": DEFAULT_MAX_S,
+            **who,
         },
         PACK: {
+            "folder": folder,
             "limit": DEFAULT_LIMIT_BYTES,
             "max_input_bytes": MAX_INPUT_BYTES,
             "max_s": DEFAULT_MAX_S,
+            **who,
         },
     }
