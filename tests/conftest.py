@@ -14,6 +14,11 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("GPUPOOL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The pools the suite starts (as root on CI) are one-person pools in private temporary folders,
+# which a job running as another account could not enter: their jobs run as the agent's account
+# (`--run-as agent`) unless a test names a mode. The tests of who jobs run as (issue 24) start
+# their pools without it (tests/e2e/test_hostile_job.py).
+os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
 
 
 @pytest.fixture(scope="session")

@@ -441,6 +441,8 @@ def test_a_refused_uploaded_workdir_is_a_boot_failure_with_the_reason(tmp_path: 
     agent = make_agent(tmp_path, server)
     a = assignment("up", tmp_path)
     agent.apply_start(a.model_copy(update={"workdir_upload": "ab" * 16}))
+    # the replica's supervisor unpacks it (agent/jobsteps.py), not the agent
+    wait_for(lambda: agent.executor.observe("up").status == "boot_failed", 60, "the refusal")
     agent.observe()
     agent.heartbeat()
     got = server.last("up")
@@ -448,6 +450,29 @@ def test_a_refused_uploaded_workdir_is_a_boot_failure_with_the_reason(tmp_path: 
     assert got.state is ReplicaState.BOOT_FAILED
     assert "points outside the working directory" in (got.reason or "")
     assert not list(tmp_path.rglob("evil.txt"))
+
+
+class _NoUploadServer(FakeServer):
+    """A fake server whose upload download fails (the upload was pruned, the link dropped)."""
+
+    def download_upload(self, upload_id: str, dest: Path) -> None:
+        raise ServerUnavailable(f"upload {upload_id} is gone")
+
+
+def test_an_upload_that_cannot_be_downloaded_is_a_boot_failure_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    agent = make_agent(tmp_path, _NoUploadServer())
+    a = assignment("gone", tmp_path)
+    assert agent.apply_start(a.model_copy(update={"workdir_upload": "cd" * 16}))
+    # downloaded in a thread of its own; the supervisor waits for it and fails the replica
+    seen = wait_for(
+        lambda: (o := agent.executor.observe("gone")).status == "boot_failed" and o,
+        60,
+        "the boot failure",
+    )
+    assert "cannot download working directory upload" in (seen.reason or "")
+    assert "is gone" in (seen.reason or "")
 
 
 class SlowBeatServer(FakeServer):

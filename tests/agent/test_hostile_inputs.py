@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import gpupool.agent.unpack as unpack_module
 from gpupool.agent.unpack import MAX_DEPTH, UnsafeArchive, unpack
 from gpupool.schemas.agent import AssignmentSpec, ReplicaState
+from tests.agent.helpers import wait_for
 from tests.agent.test_agent import FakeServer, make_agent
 
 _SEGMENTS = st.sampled_from(["a", "b", "..", ".", "", "x" * 255, "é", "c:", "\\", "d"])
@@ -180,6 +181,16 @@ def test_fuzzed_assignments_never_end_the_agent(
         finally:
             for key in list(agent.replicas):
                 agent.executor.stop(key, reason="admin", signal_name="SIGKILL", grace_s=0.0)
+            # The supervisor (which unpacks an upload itself) writes into the folder until it
+            # has recorded the end: wait for that before the folder goes.
+            wait_for(
+                lambda: all(
+                    agent.executor.observe(k).status in ("exited", "boot_failed", "lost")
+                    for k in agent.replicas
+                ),
+                60,
+                "the supervisors to record their ends",
+            )
             agent.close()
 
 

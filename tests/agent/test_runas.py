@@ -57,7 +57,7 @@ def test_no_account_root_or_no_user_is_refused_with_what_to_do() -> None:
 def test_a_bad_mode_or_a_closed_folder_stops_the_agent_from_starting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(GpupoolError, match="choose one of agent, submitter"):
+    with pytest.raises(GpupoolError, match="choose one of auto, agent, submitter"):
         check_mode("everyone", [])
     closed = tmp_path / "closed"
     (closed / "state").mkdir(parents=True)
@@ -127,3 +127,21 @@ def test_a_submitter_without_an_account_is_a_boot_failure(open_tmp: Path) -> Non
     assert seen is not None
     assert seen.state is ReplicaState.BOOT_FAILED
     assert "no Unix account 'gp-nobody-here' on node n1" in (seen.reason or "")
+
+
+def test_auto_started_by_an_ordinary_user_is_that_users_own_pool_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpupool.agent.runas import AGENT, AUTO, resolve_mode, switches_account
+    from gpupool.cli.agent import jobs_run_as
+
+    entry = _nobody()
+    monkeypatch.setattr(os, "geteuid", lambda: entry.pw_uid)
+    assert resolve_mode(AUTO) == AGENT
+    assert not switches_account(AUTO)
+    said = jobs_run_as(AUTO, "the admin token")
+    assert said.startswith(f"this is your own pool: jobs run as {entry.pw_name}, this process")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert resolve_mode(AUTO) == AUTO
+    assert "never as root or as this process's account" in jobs_run_as(AUTO, "x")
+    assert "one account for every tenant" in jobs_run_as("gpupool-job", "x")

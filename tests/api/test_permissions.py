@@ -161,7 +161,8 @@ CASES = [
     ),
     Case("DELETE", "/v1/users/{name}", "ok 403 ok 403 403 403", "ok 403 404 403 403 403"),
     Case("GET", "/v1/tokens", "ok ok ok ok ok ok"),
-    Case("POST", "/v1/tokens", "ok ok ok ok ok ok", None, lambda t: {"name": "mine"}),
+    # an agent token mints no token (issue 24 item 5)
+    Case("POST", "/v1/tokens", "ok ok ok ok ok 403", None, lambda t: {"name": "mine"}),
     Case("DELETE", "/v1/tokens/{token_id}", "ok 404 ok 404 404 404", "ok 404 404 404 404 404"),
     Case("GET", "/v1/usage", "ok ok ok ok ok 403"),
     Case("GET", "/v1/audit", "ok ok 403 403 403 403"),

@@ -103,6 +103,9 @@ class Deployed:
         argv = _argv(_unit(unit)["ExecStart"][0], env, moves) + list(extra)
         proc_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
         proc_env["GPUPOOL_HOME"] = str(self.root / "var")
+        # The unit runs the agent as User=gpupool, whose --run-as auto is the agent's own
+        # account; this test runs it as root, where auto would switch accounts.
+        proc_env["GPUPOOL_RUN_AS"] = "agent"
         proc_env.update(env)
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         self.procs[name] = subprocess.Popen(

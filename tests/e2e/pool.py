@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -220,6 +220,19 @@ class Pool:
             log=self.root / f"agent-{node}.log",
         )
         return proc
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, root: Path, agents: dict[str, str], **kw: Any) -> Iterator[Pool]:
+        """A started pool with ``agents`` (node -> simulated spec), closed at the end."""
+        pool = cls(root, **kw)
+        try:
+            pool.start_server()
+            for node, spec in agents.items():
+                pool.start_agent(node, spec)
+            yield pool
+        finally:
+            pool.close()
 
     def state_dir(self, node: str) -> Path:
         return self.root / "agents" / node

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-from tests.e2e.pool import PY, REPO, Pool
+from tests.e2e.pool import PY, Pool
 
 WRITER = (
     "import os; os.makedirs('out', exist_ok=True); "
@@ -16,7 +15,8 @@ WRITER = (
 
 
 def gpupool(pool: Pool, home: Path, token: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUPOOL_HOME": str(home), "PYTHONPATH": str(REPO)}
+    # the tree under test (the caller's PYTHONPATH first), not the installed one
+    env = {**pool._env(), "GPUPOOL_HOME": str(home)}
     command, rest = args[0], args[1:]
     return subprocess.run(
         [PY, "-m", "gpupool.cli", command, "--server", pool.url, "--token", token, *rest],

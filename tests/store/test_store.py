@@ -49,8 +49,10 @@ def test_an_unknown_schema_version_is_refused_with_advice(cp: ControlPlane) -> N
 def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
     # lease expiry, no nodes.agent_id, no memory oversubscription (pools) or spilled bytes
-    # (slices), no container engines (nodes) or container settings (pools).
+    # (slices), no container engines (nodes) or container settings (pools), no token parents.
     with cp.engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_tokens_parent_id"))
+        conn.execute(text("ALTER TABLE tokens DROP COLUMN parent_id"))
         conn.execute(text("DROP TABLE uploads"))
         conn.execute(text("ALTER TABLE assignments DROP COLUMN stop_for"))
         conn.execute(text("ALTER TABLE leader DROP COLUMN expires"))
@@ -71,6 +73,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "agent_id" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}
     assert "spilled_bytes" in {c["name"] for c in inspect(cp.engine).get_columns("slices")}
     assert "image_registries" in {c["name"] for c in inspect(cp.engine).get_columns("pools")}
+    assert "parent_id" in {c["name"] for c in inspect(cp.engine).get_columns("tokens")}
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

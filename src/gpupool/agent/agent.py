@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from gpupool import __version__
+from gpupool.agent.dynuid import UidLeases, release_orphans, release_replica
 from gpupool.agent.executor import Executor
 from gpupool.agent.fence import Fence
 from gpupool.agent.gpurules import Replica, shim_spilled
@@ -52,7 +53,7 @@ from gpupool.agent.node import (
 )
 from gpupool.agent.reporter import device_telemetry, replica_status
 from gpupool.agent.results import ResultShipper, ResultSink
-from gpupool.agent.runas import AGENT
+from gpupool.agent.runas import AGENT, AUTO, resolve_mode, switches_account
 from gpupool.agent.transport import (
     AgentRejected,
     Backoff,
@@ -179,7 +180,7 @@ class Agent(Launcher):
             for d in self.devices:
                 self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
         self._regions: dict[str, Region] = {}  # shim region path -> the mapped region
-        if config.run_as != AGENT and not os.environ.get(SHIM_DIR_ENV):
+        if switches_account(config.run_as) and not os.environ.get(SHIM_DIR_ENV):
             # The build cache defaults to the agent's home (root's is private): its jobs' accounts
             # must load the façade, so it goes below the state folder, which they may pass.
             os.environ[SHIM_DIR_ENV] = str(config.state_dir / "shim")
@@ -197,6 +198,9 @@ class Agent(Launcher):
             self._shim_reserve = ShimReserves(config.state_dir / CACHE_NAME, driver).for_devices(
                 d.uuid for d in self.devices if d.mig_parent is None
             )
+        self.uid_leases = (
+            UidLeases(config.state_dir) if resolve_mode(config.run_as) == AUTO else None
+        )
         self._beat_now = threading.Event()  # set by the long poll: orders are waiting
         self.shipper = (
             LogShipper(transport, self.executor.log_path)
@@ -204,7 +208,7 @@ class Agent(Launcher):
             else None
         )
         self.results = (
-            ResultShipper(transport, self.executor.jobs_dir)
+            ResultShipper(transport, self.executor.jobs_dir, agent_id=self.agent_id)
             if isinstance(transport, ResultSink)
             else None
         )
@@ -241,6 +245,8 @@ class Agent(Launcher):
             adopted.append(key)
             if self.shipper is not None:
                 self.shipper.track(key)
+        if self.uid_leases is not None:  # an earlier agent ended before releasing these
+            release_orphans(self.uid_leases, adopted, self.executor.done_dir)
         return adopted
 
     def register_request(self) -> RegisterRequest:
@@ -267,6 +273,7 @@ class Agent(Launcher):
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
         self.fence.node_timeout_s = answer.node_timeout_s
+        self.contact()  # recorded with the node timeout: the supervisors may fence now
         self.registered = True
 
     # ------------------------------------------------------------------ observing
@@ -376,7 +383,10 @@ class Agent(Launcher):
                 self._end_shim(replica)
                 del self.replicas[key]
                 job_id = replica.assignment.job_id
-                remove_copy(self.config.state_dir / "work", job_id, key)
+                if self.uid_leases is not None:
+                    release_replica(self.uid_leases, key, job_id, replica.checkpoint_dir)
+                else:
+                    remove_copy(self.config.state_dir / "work", job_id, key)
         for order in answer.stop:
             self.apply_stop(order)
         for resize in answer.resize:
@@ -447,9 +457,14 @@ class Agent(Launcher):
             stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
 
     def contact(self) -> None:
-        """The server answered (anything): the fence's silence starts again."""
+        """The server answered (anything): the fence's silence starts again, for this agent
+        and for its replicas' supervisors (``contact.json``, see agent/fence.py)."""
         with self._fence_lock:
             self.fence.contact(self.clock.monotonic())
+            try:
+                self.fence.record(self.config.state_dir)
+            except OSError as exc:  # a full disk: the supervisors fence as if silent
+                log.warning("cannot record the server's contact: %s", exc)
 
     def _watch_fence(self, stop: threading.Event) -> None:
         while not stop.wait(self.config.local_tick_s):

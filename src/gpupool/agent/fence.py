@@ -20,16 +20,31 @@ Words:
 
 The fence is checked once per agent tick, so its kill lands in time as long as one request's
 timeout is shorter than half the node timeout (10 s against the default 30 s).
+
+**An agent that is gone** (``kill -9``, an OOM kill, a crash, a restart that takes longer than
+the node timeout) fences nothing itself, while its replicas' supervisors, made to outlive it,
+keep the jobs running; the server marks the node down after its node timeout and starts them
+elsewhere: two copies (issue 24 item 7; the netns link-cut test showed none because there the
+agent lives and fences). So the agent records every contact in ``contact.json`` in its state
+folder (:meth:`Fence.record`, :data:`~gpupool.agent.jobfiles.CONTACT`), and every supervisor
+applies the same rule to that record about once a second
+(:func:`~gpupool.agent.jobfiles.fence_stop`): an orphaned supervisor stops its job with the
+stop reason ``node`` at :data:`FENCE_AT` of the node timeout after the last contact, killed by
+:data:`KILL_BY`, exactly when its agent would have. An agent restarted in time makes contact,
+renews the record, and its adopted replicas run on.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-#: Share of the server's node timeout of silence after which the agent stops its replicas.
-FENCE_AT = 0.5
-#: Share of the node timeout by which the stopped replicas are killed (the grace is cut to fit).
-KILL_BY = 0.75
+from gpupool.agent.jobfiles import CONTACT, FENCE_AT, KILL_BY
+
+__all__ = ["FENCE_AT", "KILL_BY", "Fence"]
 
 
 @dataclass
@@ -44,6 +59,27 @@ class Fence:
         """The server answered (anything): silence starts again from ``now``."""
         self.last_contact = now
         self.fenced = False
+
+    def record(self, state_dir: Path) -> None:
+        """Write that the server answered just now, for the supervisors (see the module
+        docstring). The time is the operating system's monotonic clock, not the agent's
+        injected one: other processes compare it with theirs. Not made durable: after a node
+        crash no supervisor is left to read it."""
+        path = state_dir / CONTACT
+        tmp = path.with_name(f".{CONTACT}.{os.getpid()}.tmp")
+        record = {"monotonic": time.monotonic(), "node_timeout_s": self.node_timeout_s}
+        tmp.write_text(json.dumps(record), encoding="ascii")
+        os.replace(tmp, path)
+
+    @staticmethod
+    def stand_down(state_dir: Path) -> None:
+        """Record that no server will start these replicas elsewhere while this agent is away
+        (``gpupool up`` stopped: its server stops with it, and a restarted one gives every
+        node a node timeout of grace): the supervisors do not fence."""
+        path = state_dir / CONTACT
+        tmp = path.with_name(f".{CONTACT}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"monotonic": time.monotonic(), "node_timeout_s": None}))
+        os.replace(tmp, path)
 
     def due(self, now: float) -> bool:
         """Whether the replicas must be stopped now (once per stretch of silence)."""

@@ -67,6 +67,8 @@ class LaunchSpec:
     uid: int | None = None  # run as this account (``None``: the supervisor's own)
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
+    unpack: dict[str, Any] | None = None  # steps of agent/jobsteps.py, on a budget
+    pack: dict[str, Any] | None = None
     #: A container job's steps (gpupool.containers.engines.ContainerPlan); empty for a bare one.
     prepare: list[list[str]] = field(default_factory=list)
     cleanup: list[list[str]] = field(default_factory=list)

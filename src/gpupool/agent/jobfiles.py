@@ -32,6 +32,18 @@ STATE = "state.json"
 STOP = "stop.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
+#: A job's packed results (see :mod:`gpupool.agent.jobsteps`), or why there are none.
+RESULTS = "results.tar.gz"
+RESULTS_PROBLEM = "results-problem.txt"
+
+#: The agent's record of its last contact with the server, in its state folder (beside
+#: ``jobs/``): ``{"monotonic": seconds, "node_timeout_s": seconds or null}``. The agent's fence
+#: and every supervisor's read it (see :mod:`gpupool.agent.fence`).
+CONTACT = "contact.json"
+#: Share of the server's node timeout of silence after which replicas are stopped.
+FENCE_AT = 0.5
+#: Share of the node timeout by which the stopped replicas are killed (the grace is cut to fit).
+KILL_BY = 0.75
 PREPARE_LOG = "prepare.log"
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
@@ -49,6 +61,8 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "uid": None,
     "gid": None,
     "groups": [],
+    "unpack": None,  # {"archive", "max_bytes", "max_s"}: unpack the upload first (jobsteps)
+    "pack": None,  # {"limit", "max_input_bytes", "max_s"}: pack the results at the end
     # Containers (see gpupool.containers.engines.ContainerPlan): argv lists run before the
     # program (a failure is a boot failure) and after it (always), and the program's exit codes
     # that mean it never started (see gpupool.agent.supervisor).
@@ -125,3 +139,20 @@ def stop_record(data: dict[str, Any]) -> tuple[str, str, float]:
         str(data.get("signal", DEFAULT_STOP_SIGNAL)),
         float(data.get("grace_s", DEFAULT_GRACE_S)),
     )
+
+
+def fence_stop(contact: dict[str, Any] | None, now: float, grace_s: float) -> float | None:
+    """The grace (seconds) to stop a replica with when ``contact`` (a contact record) says the
+    server has been silent for :data:`FENCE_AT` of its node timeout at monotonic ``now``;
+    ``None`` when it has not (or there is no record, or no node timeout)."""
+    if not contact:
+        return None
+    try:
+        last = float(contact["monotonic"])
+        timeout = contact.get("node_timeout_s")
+        timeout = float(timeout) if timeout is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    if timeout is None or now - last < FENCE_AT * timeout:
+        return None
+    return max(0.0, min(grace_s, last + KILL_BY * timeout - now))

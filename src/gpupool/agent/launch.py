@@ -19,14 +19,16 @@ from typing import Any
 
 from gpupool.agent import mpsplan
 from gpupool.agent.containerize import ContainerRoom, JobInputRefused
+from gpupool.agent.dynuid import UidLeases
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER
 from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import BOOT_FAILED, LaunchSpec, ProcessState, write_json
+from gpupool.agent.jobsteps import upload_steps
 from gpupool.agent.logship import LogShipper
 from gpupool.agent.runas import Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import Transport
-from gpupool.agent.unpack import UnsafeArchive, copy_path, fetch_and_unpack
+from gpupool.agent.unpack import UnsafeArchive, copy_path, download_later
 from gpupool.runtime.isolation import (
     MPS_MODES,
     SHIM_MODES,
@@ -54,6 +56,7 @@ class Launcher(GpuRules):
     _device_memory: dict[str, int]  # device -> physical MiB
     _mig: set[str]  # devices that are MIG instances
     _shim_reserve: dict[str, int]  # device -> context reserve (bytes) for regions
+    uid_leases: UidLeases | None  # transient accounts (run_as auto as root), else None
     devices: list[DeviceInfo]
 
     @functools.cached_property
@@ -136,7 +139,7 @@ class Launcher(GpuRules):
                 raise IsolationUnavailable(
                     f"devices {', '.join(unknown)} are not on node {self.config.node}"
                 )
-            account = job_account(self.config.run_as, a.user, self.config.node)
+            account = self.account_of(a)
             replica.uid = account.uid if account is not None else os.getuid()
             ctx = replace(
                 ctx, mps_refused=mpsplan.conflict(self._mps_tenants(), replica.uid, a.device_uuids)
@@ -165,13 +168,19 @@ class Launcher(GpuRules):
             own = self.config.state_dir / "work" / a.job_id
             workdir, made_workdir, moved = start_folder(a, own)
             Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            archive: Path | None = None
             if a.workdir_upload is not None:
-                # Each replica gets its own copy of the uploaded folder.
+                # Each replica gets its own copy of the uploaded folder, unpacked by its
+                # supervisor as its account (agent/jobsteps.py): not on the heartbeat path.
                 workdir = str(copy_path(self.config.state_dir / "work", a.job_id, a.assignment_id))
-                fetch_and_unpack(self.transport, a.workdir_upload, Path(workdir))
+                owner = (account.uid, account.gid) if account is not None else None
+                archive = download_later(self.transport, a.workdir_upload, Path(workdir), owner)
+                Path(workdir).mkdir(parents=True, exist_ok=True)
                 made_workdir = True
             elif made_workdir:
                 Path(workdir).mkdir(parents=True, exist_ok=True)
+            if account is not None and account.transient:
+                account = replace(account, home=workdir)  # no home of its own
             if not Path(workdir).is_dir():
                 raise IsolationUnavailable(
                     f"workdir {workdir} does not exist on node {self.config.node}: create it "
@@ -221,6 +230,7 @@ class Launcher(GpuRules):
             uid=account.uid if account is not None else None,
             gid=account.gid if account is not None else None,
             groups=list(account.groups) if account is not None else [],
+            **upload_steps(archive, workdir, account),
         )
         if a.container is not None:  # the one seam: the same replica, in its image
             try:
@@ -255,6 +265,17 @@ class Launcher(GpuRules):
         if self.shipper is not None:
             self.shipper.track(a.assignment_id)
         return True
+
+    def account_of(self, a: AssignmentSpec) -> Account | None:
+        """Whose account replica ``a`` runs as (``None``: the agent's own); the one decision
+        every launch path follows (see :func:`~gpupool.agent.runas.job_account`)."""
+        return job_account(
+            self.config.run_as,
+            a.user,
+            self.config.node,
+            key=a.assignment_id,
+            leases=self.uid_leases,
+        )
 
     def _record(self, replica: Replica) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ running. With ``run_as`` (``gpupool up --run-as``) its jobs run as another accou
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -20,8 +21,9 @@ from pathlib import Path
 import httpx
 
 from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.fence import Fence
 from gpupool.agent.node import default_node_name
-from gpupool.agent.runas import AGENT, check_mode, protect_state
+from gpupool.agent.runas import AUTO, check_mode, protect_state
 from gpupool.agent.transport import AgentRejected, HttpTransport
 from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.domain.errors import GpupoolError
@@ -74,7 +76,7 @@ class LocalAgent:
         seed: int = 0,
         clock: Clock | None = None,
         announce: Callable[[str], None] = log.info,
-        run_as: str = AGENT,
+        run_as: str = AUTO,
     ) -> None:
         self.home = home
         self.url = url
@@ -137,6 +139,9 @@ class LocalAgent:
                 self.agent.run(self._stop)
             finally:
                 self.agent.close()
+                # The server stops with this agent: its jobs wait for both, unfenced.
+                with contextlib.suppress(OSError):
+                    Fence.stand_down(self.state_dir)
         except (GpupoolError, AgentRejected, OSError, httpx.HTTPError) as exc:
             self.error = str(exc)
             log.error("the local agent stopped: %s", exc)

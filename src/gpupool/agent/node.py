@@ -15,6 +15,7 @@ started by mistake) is not; the server refuses the second while the first is ali
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -40,11 +41,14 @@ def agent_identity(state_dir: Path) -> str:
     except (OSError, UnicodeDecodeError):
         found = ""
     if re.fullmatch(r"[0-9a-f]{16,64}", found):
+        with contextlib.suppress(OSError):
+            path.chmod(0o600)  # one made by an older agent
         return found
     state_dir.mkdir(parents=True, exist_ok=True)
     made = secrets.token_hex(16)
     tmp = path.with_name("agent-id.tmp")
     tmp.write_text(made + "\n", encoding="ascii")
+    tmp.chmod(0o600)  # it vouches for the node (results): no job may read it
     os.replace(tmp, path)
     return made
 

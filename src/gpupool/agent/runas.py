@@ -1,15 +1,23 @@
 """Which Unix account a job's processes run as (``gpupool agent --run-as MODE``, ``gpupool up
 --run-as MODE``), and the file modes that keep the node's credentials out of the job's reach.
 
-- ``agent`` (the default): the agent's own account, as on a one-person pool (``gpupool up``).
-  Such a job can read everything the agent can: its token, its state folder and, beside
-  ``gpupool up``, the server's home with the admin token and the store. Only right for a pool
-  with one user, and said so at start.
+- ``auto`` (the default): started as root, each job runs as its submitter's Unix account
+  where one exists (a person's account: a UID from 1000 up, outside the transient range), and
+  otherwise as a transient account of its own for that replica (:mod:`gpupool.agent.dynuid`,
+  as systemd's ``DynamicUser=``), so no job runs as root or as the agent's account, and two
+  tenants' replicas never share one. Started by an ordinary user, ``auto`` is ``agent``: the
+  pool is that user's own (it cannot switch accounts), and it says so at start.
+- ``agent``: the agent's own account, as on a one-person pool. Such a job can read everything
+  the agent can: its token, its state folder and, beside ``gpupool up``, the server's home
+  with the admin token and the store. Only right for a pool with one user, and said so at
+  start (as root it means jobs run as root).
 - ``submitter``: the account named like the job's gpupool user (``alice`` runs as Unix
   ``alice``, as with Slurm, where accounts come from LDAP/SSSD on every node).
 - any other word: that Unix account for every job (a service account the operator made for
   jobs, e.g. ``useradd --system --no-create-home --shell /usr/sbin/nologin gpupool-job``). It
-  must exist and not be root, and it must not be the agent's own account.
+  must exist and not be root, and it must not be the agent's own account. Its cost: every
+  tenant's jobs share it, so they can read each other's environments, files and uploads and
+  signal each other; the agent says so at start.
 
 Switching accounts needs the agent to run as root. The job's supervisor stays root-owned (it
 records the exit code and writes the logs, which the job cannot alter) and starts the program
@@ -40,11 +48,16 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupool.agent.dynuid import FIRST_UID, LAST_UID, NoFreeUid, UidLeases
 from gpupool.domain.errors import GpupoolError
 
+AUTO = "auto"
 AGENT = "agent"
 SUBMITTER = "submitter"
-MODES = (AGENT, SUBMITTER)
+MODES = (AUTO, AGENT, SUBMITTER)
+#: The lowest UID of a person's account (``UID_MIN`` of login.defs): below it are system
+#: accounts (``daemon``, ``nobody`` is 65534, above the range), which a job must not borrow.
+PERSON_UID_MIN = 1000
 #: Folder modes when jobs run as another account (see the module docstring).
 PASS_ONLY = 0o711
 PRIVATE = 0o700
@@ -63,9 +76,37 @@ class Account:
     gid: int
     groups: tuple[int, ...]
     home: str
+    transient: bool = False  # a leased UID of its replica (agent/dynuid.py)
 
     def env(self) -> dict[str, str]:
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+
+def resolve_mode(mode: str) -> str:
+    """``auto`` as this process can do it: itself (root) or ``agent`` (an ordinary user)."""
+    if mode == AUTO and os.geteuid() != 0:
+        return AGENT
+    return mode
+
+
+def person_account(user: str) -> Account | None:
+    """The Unix account named like gpupool user ``user`` when it is a person's (see ``auto``
+    in the module docstring), else ``None``."""
+    try:
+        entry = pwd.getpwnam(user) if user else None
+    except KeyError:
+        return None
+    if entry is None or entry.pw_uid < PERSON_UID_MIN or FIRST_UID <= entry.pw_uid <= LAST_UID:
+        return None
+    if entry.pw_uid in (0, os.geteuid()) or entry.pw_uid >= 65534:  # root, the agent, nobody
+        return None
+    groups = tuple(sorted(set(os.getgrouplist(user, entry.pw_gid))))
+    return Account(user, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
+
+
+def transient_account(uid: int, home: str) -> Account:
+    """The account of a leased UID: no name in passwd, its own group, no other group."""
+    return Account(f"gpupool-{uid}", uid, uid, (), home, transient=True)
 
 
 def account_for(user: str, node: str) -> Account:
@@ -92,8 +133,9 @@ def account_for(user: str, node: str) -> Account:
 
 
 def switches_account(mode: str) -> bool:
-    """True when jobs run as an account other than the agent's (``submitter`` or a named one)."""
-    return mode != AGENT
+    """True when jobs run as an account other than the agent's (``auto`` as root,
+    ``submitter`` or a named one)."""
+    return resolve_mode(mode) != AGENT
 
 
 def service_account(mode: str) -> Account | None:
@@ -105,7 +147,8 @@ def service_account(mode: str) -> Account | None:
         entry = pwd.getpwnam(mode)
     except KeyError:
         raise GpupoolError(
-            f"--run-as {mode!r}: no Unix account of that name; choose one of agent, submitter, "
+            f"--run-as {mode!r}: no Unix account of that name; choose one of auto, agent, "
+            "submitter, "
             "or an account made for jobs (e.g. `useradd --system --no-create-home --shell "
             f"/usr/sbin/nologin {mode}`)"
         ) from None
@@ -123,11 +166,32 @@ def service_account(mode: str) -> Account | None:
     return Account(mode, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
 
 
-def job_account(mode: str, user: str, node: str) -> Account | None:
-    """The account a job of gpupool user ``user`` runs as (``None``: the agent's own), or
-    :class:`NoAccount`."""
+def job_account(
+    mode: str,
+    user: str,
+    node: str,
+    *,
+    key: str = "",
+    leases: UidLeases | None = None,
+    home: str = "/",
+) -> Account | None:
+    """The account replica ``key`` of gpupool user ``user`` runs as (``None``: the agent's
+    own), or :class:`NoAccount`. This is the one place the decision is made: every launch path
+    (a plain process, a container) runs the job with what it returns. ``leases`` and ``home``
+    (the job's working folder) serve ``auto``'s transient accounts."""
+    mode = resolve_mode(mode)
     if mode == AGENT:
         return None
+    if mode == AUTO:
+        person = person_account(user)
+        if person is not None:
+            return person
+        if leases is None:
+            raise NoAccount(f"node {node} cannot lease a transient account for this job")
+        try:
+            return transient_account(leases.allocate(key), home)
+        except (NoFreeUid, OSError) as exc:
+            raise NoAccount(f"node {node}: {exc}") from None
     if mode == SUBMITTER:
         return account_for(user, node)
     try:
@@ -142,7 +206,10 @@ def check_mode(mode: str, reachable: list[Path]) -> None:
     ``reachable``: folders the jobs must be able to enter (their working and checkpoint folders
     live below them); every folder above them must let others pass (``o+x``)."""
     if not mode:
-        raise GpupoolError("--run-as needs a value: choose one of agent, submitter or an account")
+        raise GpupoolError(
+            "--run-as needs a value: choose one of auto, agent, submitter or an account"
+        )
+    mode = resolve_mode(mode)
     if mode == AGENT:
         return
     service_account(mode)
@@ -157,7 +224,9 @@ def check_mode(mode: str, reachable: list[Path]) -> None:
                 raise GpupoolError(
                     f"jobs running as another account cannot reach {folder}: {part} does not "
                     f"let others pass; `chmod o+x {part}`, or choose a --state-dir / "
-                    "--checkpoint-root below folders that do"
+                    "--checkpoint-root (gpupool up: a --home, e.g. /var/lib/gpupool) below "
+                    "folders that do; --run-as agent runs jobs as this account instead (a "
+                    "one-person machine only: as root, jobs would run as root)"
                 )
 
 

@@ -24,6 +24,10 @@ recorded as a boot failure with the end of its stderr.
 
 The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
 itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
+About once a second it also reads its agent's last contact with the server (``contact.json``
+in the state folder) and stops the job with the reason ``node`` when the server has been silent
+for half its node timeout: the agent's fence, kept when the agent itself is gone (see
+:mod:`gpupool.agent.fence`).
 
 Every job start pays for this interpreter's start-up, so the module imports only what it
 uses: the file format through :mod:`gpupool.agent.jobfiles` (dicts and ``str`` paths, no
@@ -40,7 +44,7 @@ import subprocess
 import sys
 import threading
 
-from gpupool.agent import jobfiles
+from gpupool.agent import jobfiles, jobsteps
 from gpupool.agent.jobfiles import BOOT_FAILED, EXITED, RUNNING, STARTING, read_json
 from gpupool.domain.clocks import SystemClock
 from gpupool.runtime.procs import start_ticks
@@ -48,6 +52,10 @@ from gpupool.runtime.procs import start_ticks
 TYPE_CHECKING = False  # ``typing`` costs start-up time: only mypy reads this
 if TYPE_CHECKING:
     from typing import IO, Any
+
+
+#: Seconds between two reads of the agent's contact record.
+FENCE_POLL_S = 1.0
 
 
 def _pump(source: IO[bytes], path: str, cap: int) -> None:
@@ -135,6 +143,13 @@ class Supervisor:
         durable = record["status"] in (EXITED, BOOT_FAILED)
         jobfiles.write_json(self._file(jobfiles.STATE), record, durable=durable)
 
+    def _fence(self, spec: dict[str, Any]) -> tuple[str, str, float] | None:
+        """A ``node`` stop when the agent's record says the server went silent (see above)."""
+        state_dir = os.path.dirname(os.path.dirname(os.path.abspath(self.path)))
+        contact = read_json(os.path.join(state_dir, jobfiles.CONTACT))
+        grace = jobfiles.fence_stop(contact, self.clock.monotonic(), spec["grace_s"])
+        return None if grace is None else ("node", spec["stop_signal"], grace)
+
     def _read_stop(self) -> tuple[str, str, float] | None:
         """The agent's stop request (reason, signal name, grace in s), or ``None``."""
         data = read_json(self._file(jobfiles.STOP))
@@ -154,8 +169,12 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._write(status=STARTING)
-        early = self._read_stop()
-        if early is not None:  # stopped before it started: never start it
+        account: dict[str, Any] = {}
+        if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
+            account = {"user": spec["uid"], "group": spec["gid"], "extra_groups": spec["groups"]}
+        refused = self._unpack(spec)  # at once without an upload
+        early = self._read_stop() or (("cancel", "", 0.0) if self.terminate_requested else None)
+        if early is not None:  # stopped before it started (while its upload came): never start
             self._write(
                 status=EXITED,
                 stop_reason=early[0],
@@ -163,6 +182,9 @@ class Supervisor:
                 reason="stopped before its program started",
             )
             return 0
+        if refused is not None:
+            self._write(status=BOOT_FAILED, reason=refused, ended_at=self.clock.now())
+            return 1
         failed = self._prepare(spec)
         if failed is not None:
             stop_reason, reason = failed
@@ -176,13 +198,6 @@ class Supervisor:
             return 0
         started_at = self.clock.now()
         try:
-            account: dict[str, Any] = {}
-            if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
-                account = {
-                    "user": spec["uid"],
-                    "group": spec["gid"],
-                    "extra_groups": spec["groups"],
-                }
             proc = subprocess.Popen(
                 spec["argv"],
                 cwd=spec["cwd"],
@@ -224,6 +239,7 @@ class Supervisor:
         self._cleanup(spec)
         for t in pumps:
             t.join(timeout=5.0)
+        self._pack(spec)
         code = proc.returncode
         never_ran = _never_ran(spec["boot_failure"], code, self._file(jobfiles.STDERR))
         if stop_reason is None and never_ran is not None:
@@ -243,6 +259,75 @@ class Supervisor:
             reason="killed after its grace period" if kill_at == "killed" else None,
         )
         return 0
+
+    def _unpack(self, spec: dict[str, Any]) -> str | None:
+        """Unpack the job's upload into its folder first (see :mod:`gpupool.agent.jobsteps`:
+        the step names its folder and account, which a container's launch record does not);
+        the reason when that failed, else ``None``."""
+        step = spec["unpack"]
+        if not step:
+            return None
+        missing = self._wait_for_upload(step["archive"], step["max_s"])
+        if missing is not None:
+            return missing
+        args = {k: step[k] for k in ("archive", "target", "max_bytes")}
+        try:
+            done, said = jobsteps.run_step(
+                jobsteps.UNPACK, args, jobsteps.step_account(step), step["max_s"], 4000
+            )
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(step["archive"])
+        if done:
+            return None
+        return said.decode(errors="replace").strip() or "the upload could not be unpacked"
+
+    def _wait_for_upload(self, archive: str, max_s: float) -> str | None:
+        """Wait for the agent to finish downloading the upload (it renames the archive into
+        place, or writes ``<archive>.failed`` with the reason); the reason it did not come, or
+        ``None``. A stop request ends the wait (the caller sees it)."""
+        failed = archive + jobsteps.FAILED_SUFFIX
+        deadline = self.clock.monotonic() + max_s
+        while not os.path.exists(archive):
+            if os.path.exists(failed):
+                with open(failed, encoding="utf-8", errors="replace") as f:
+                    why = f.read(2000).strip()
+                with contextlib.suppress(OSError):
+                    os.unlink(failed)
+                return why or "the upload could not be downloaded"
+            if self.clock.monotonic() > deadline:
+                return (
+                    f"the upload did not reach the node within {max_s:.0f} s: check the "
+                    "network between the node and the server, and submit again"
+                )
+            if self.terminate_requested or os.path.exists(self._file(jobfiles.STOP)):
+                return "stopped"
+            self.wake.wait(0.1)
+        return None
+
+    def _pack(self, spec: dict[str, Any]) -> None:
+        """Pack the job's folder as its results (see :mod:`gpupool.agent.jobsteps`) into the
+        job folder, or write why not, for the agent to send."""
+        step = spec["pack"]
+        if not step:
+            return
+        args = {
+            "folder": step["folder"],
+            "limit": step["limit"],
+            "max_input_bytes": step["max_input_bytes"],
+        }
+        account = jobsteps.step_account(step)
+        cap = int(step["limit"]) + 1
+        done, data = jobsteps.run_step(jobsteps.PACK, args, account, step["max_s"], cap)
+        if done and len(data) < cap:
+            name, durable = jobfiles.RESULTS, data
+        else:
+            why = data.decode(errors="replace").strip() if not done else "over the limit"
+            name, durable = jobfiles.RESULTS_PROBLEM, (why or "could not be packed").encode()
+        tmp = self._file(f".{name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(durable)
+        os.replace(tmp, self._file(name))
 
     def _prepare(self, spec: dict[str, Any]) -> tuple[str | None, str] | None:
         """Run the ``prepare`` steps; ``None`` when all succeeded, else (stop reason or
@@ -317,7 +402,8 @@ class Supervisor:
         killed = ""
         while proc.poll() is None:
             deadlines = [d for d in (limit_at, kill_deadline) if d is not None]
-            timeout = max(0.0, min(deadlines) - mono()) if deadlines else None
+            timeout = max(0.0, min(deadlines) - mono()) if deadlines else FENCE_POLL_S
+            timeout = min(timeout, FENCE_POLL_S)
             self.wake.wait(timeout)
             self.wake.clear()
             if proc.poll() is not None:
@@ -328,6 +414,8 @@ class Supervisor:
                     request = ("cancel", spec["stop_signal"], spec["grace_s"])
                 if request is None and limit_at is not None and mono() >= limit_at:
                     request = ("timeout", spec["stop_signal"], spec["grace_s"])
+                if request is None:
+                    request = self._fence(spec)
                 if request is not None:
                     stop_reason, signal_name, grace_s = request
                     _killpg(proc.pid, _signal_number(signal_name))

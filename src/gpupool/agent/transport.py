@@ -134,11 +134,16 @@ class HttpTransport:
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
 
-    def ship_results(self, assignment_id: str, data: bytes, problem: str | None) -> None:
+    def ship_results(
+        self, assignment_id: str, data: bytes, problem: str | None, agent_id: str | None = None
+    ) -> None:
         """Send one replica's results (``POST /v1/agent/results/{id}``, see
-        :mod:`gpupool.agent.results`): the archive, or the problem that kept it from coming."""
+        :mod:`gpupool.agent.results`): the archive, or the problem that kept it from coming;
+        ``agent_id`` names the node's agent (the server takes results only from it)."""
         path = f"/v1/agent/results/{assignment_id}"
         headers = {"Content-Type": "application/gzip"}
+        if agent_id is not None:
+            headers["X-Gpupool-Agent-Id"] = agent_id
         if problem is not None:
             headers["X-Results-Problem"] = problem
         try:

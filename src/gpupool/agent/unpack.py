@@ -25,12 +25,14 @@ the agent turns that into the job's BOOT_FAIL and keeps the node up.
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import shutil
 import tarfile
+import threading
 import zlib
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: The most bytes the members of one archive may add up to once unpacked.
 DEFAULT_MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
@@ -158,6 +160,19 @@ def unpack(archive: Path, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BY
     return total
 
 
+def unpack_step(args: dict[str, Any]) -> tuple[int, bytes]:
+    """The ``unpack`` step of :mod:`gpupool.agent.jobsteps`, run by the replica's supervisor as
+    the job's account: ``args`` names the ``archive``, the ``target`` and ``max_bytes``.
+    Returns ``(0, b"")``, or ``(REFUSED, the reason)``."""
+    from gpupool.agent.jobsteps import REFUSED
+
+    try:
+        unpack(Path(args["archive"]), Path(args["target"]), int(args["max_bytes"]))
+    except UnsafeArchive as exc:
+        return REFUSED, str(exc).encode(errors="replace")
+    return 0, b""
+
+
 def copy_path(work_root: Path, job_id: str, assignment_id: str) -> Path:
     """Where the unpacked copy of one replica lives (see **copy** above)."""
     return work_root / job_id / assignment_id
@@ -173,6 +188,9 @@ def remove_copy(work_root: Path, job_id: str, assignment_id: str) -> None:
         # replica's working directory right now, so it is left alone.
         return
     shutil.rmtree(copy, ignore_errors=True)
+    archive = archive_path(copy)  # a download that ended after its replica did
+    for leftover in (archive, archive.with_name(archive.name + ".partial")):
+        leftover.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         copy.parent.rmdir()  # only when empty: another replica of the job may still run
 
@@ -184,26 +202,78 @@ class UploadFetcher(Protocol):
     def download_upload(self, upload_id: str, dest: Path) -> None: ...
 
 
-def fetch_and_unpack(
-    fetcher: object, upload_id: str, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
-) -> None:
-    """Download upload ``upload_id`` and unpack it into ``target``.
+def archive_path(target: Path) -> Path:
+    """Where the downloaded archive of the copy ``target`` waits to be unpacked."""
+    return target.parent / f".{target.name}.upload.tar.gz"
 
-    Raises :class:`UnsafeArchive` for a refused archive, a failed download, or a transport
-    that cannot download (the replica is then a BOOT_FAIL with that reason)."""
+
+def download(fetcher: object, upload_id: str, target: Path) -> Path:
+    """Download upload ``upload_id`` beside the copy ``target`` (see :func:`archive_path`),
+    for the replica's supervisor to unpack (:func:`unpack_step`); returns the archive's path.
+
+    Raises :class:`UnsafeArchive` for a failed download or a transport that cannot download
+    (the replica is then a BOOT_FAIL with that reason)."""
     if not isinstance(fetcher, UploadFetcher):
         raise UnsafeArchive(
             f"this agent cannot download upload {upload_id}: its transport has no upload download"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    archive = target.parent / f".{target.name}.upload.tar.gz"
+    archive = archive_path(target)
     try:
+        fetcher.download_upload(upload_id, archive)
+    except Exception as exc:
+        archive.unlink(missing_ok=True)
+        raise UnsafeArchive(
+            f"cannot download working directory upload {upload_id}: {exc}"
+        ) from None
+    return archive
+
+
+def download_later(
+    fetcher: object, upload_id: str, target: Path, owner: tuple[int, int] | None
+) -> Path:
+    """Start downloading upload ``upload_id`` beside the copy ``target`` in a thread (not on
+    the agent's heartbeat path); returns where the archive will be. When whole it is given to
+    ``owner`` (uid, gid: the job's account, which unpacks it) and renamed into place; a failed
+    download leaves ``<archive>.failed`` with the reason instead (see
+    :mod:`gpupool.agent.jobsteps`). Raises :class:`UnsafeArchive` at once for a transport that
+    cannot download."""
+    from gpupool.agent.jobsteps import FAILED_SUFFIX
+
+    if not isinstance(fetcher, UploadFetcher):
+        raise UnsafeArchive(
+            f"this agent cannot download upload {upload_id}: its transport has no upload download"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    archive = archive_path(target)
+    partial = archive.with_name(archive.name + ".partial")
+
+    def run() -> None:
         try:
-            fetcher.download_upload(upload_id, archive)
-        except Exception as exc:
-            raise UnsafeArchive(
-                f"cannot download working directory upload {upload_id}: {exc}"
-            ) from None
+            fetcher.download_upload(upload_id, partial)
+            if owner is not None:
+                os.chown(partial, *owner)
+            os.replace(partial, archive)
+        except Exception as exc:  # said to the supervisor, which fails the replica with it
+            partial.unlink(missing_ok=True)
+            why = f"cannot download working directory upload {upload_id}: {exc}"
+            archive.with_name(archive.name + FAILED_SUFFIX).write_text(why[:2000])
+
+    threading.Thread(target=run, name=f"gpupool-download-{upload_id}", daemon=True).start()
+    return archive
+
+
+def fetch_and_unpack(
+    fetcher: object, upload_id: str, target: Path, max_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+) -> None:
+    """Download upload ``upload_id`` and unpack it into ``target``, in this process (tests and
+    tools; the agent leaves the unpacking to the replica's supervisor, see
+    :mod:`gpupool.agent.jobsteps`).
+
+    Raises :class:`UnsafeArchive` for a refused archive, a failed download, or a transport
+    that cannot download (the replica is then a BOOT_FAIL with that reason)."""
+    archive = download(fetcher, upload_id, target)
+    try:
         unpack(archive, target, max_bytes)
     finally:
         archive.unlink(missing_ok=True)

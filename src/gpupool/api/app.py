@@ -33,6 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from gpupool import __version__
 from gpupool.api import errors, openapi
 from gpupool.api.bodylimit import BodyLimitMiddleware
+from gpupool.api.clientaddr import parse_networks
 from gpupool.api.deps import Services, principal
 from gpupool.api.reference import api_reference_html
 from gpupool.api.routers import (
@@ -119,6 +120,7 @@ def create_app(
     )
     app.state.services = Services.build(cp, loop)
     app.state.admin_token_path = token_path
+    app.state.trusted_proxies = parse_networks(cp.settings.trusted_proxies)
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
     openapi.install(app, metrics_token=cp.settings.metrics_token)

@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from gpupool.api.clientaddr import client_address
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.control.services.accounting import AccountingService
@@ -80,7 +81,7 @@ async def services(request: Request) -> Services:
     return svc
 
 
-def _bearer(request: Request) -> str | None:
+def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
@@ -94,7 +95,7 @@ def _authenticate(cp: ControlPlane, secret: str | None, now: float) -> Principal
 
 
 async def principal(request: Request, svc: Annotated[Services, Depends(services)]) -> Principal:
-    secret, now = _bearer(request), svc.cp.now()
+    secret, now = bearer(request), svc.cp.now()
     who = svc.cp.principals.get(secret, now) if secret else None
     if who is None:
         who = await run_in_threadpool(_authenticate, svc.cp, secret, now)
@@ -107,7 +108,7 @@ async def actor(request: Request, who: Annotated[Principal, Depends(principal)])
 
 
 def actor_of(request: Request, who: Principal) -> Actor:
-    remote = request.client.host if request.client is not None else None
+    remote = client_address(request)
     return Actor(principal=who, method=request.method, path=request.scope["path"], remote=remote)
 
 

@@ -15,8 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpupool.control.errors import ServiceError, Unavailable
-from gpupool.control.services.auth import Actor
+from gpupool.api.clientaddr import client_address
+from gpupool.control.errors import ServiceError, Unauthorized, Unavailable
+from gpupool.control.services.auth import Actor, authenticate
 from gpupool.schemas.common import FieldProblem, Problem
 
 log = logging.getLogger("gpupool.api")
@@ -51,7 +52,7 @@ def _audit_failure(request: Request, status: int) -> None:
     if svc is None:
         return
     who = getattr(request.state, "principal", None)
-    remote = request.client.host if request.client is not None else None
+    remote = client_address(request)
     try:
         with svc.cp.tx() as s:
             svc.refusals.record(
@@ -71,6 +72,30 @@ def _audit_failure(request: Request, status: int) -> None:
         )
 
 
+def _unauthenticated(request: Request) -> Unauthorized | None:
+    """Why the caller of a request that failed validation is not authenticated, if they are
+    not: a body (or query) that does not parse is found before the route's dependencies run,
+    and an anonymous caller must learn that they need a token (401), not what a valid body
+    looks like (422). ``None`` when the token is valid or the store cannot tell now."""
+    if getattr(request.state, "principal", None) is not None:
+        return None
+    svc = getattr(request.app.state, "services", None)
+    if svc is None:
+        return None
+    from gpupool.api.deps import bearer  # deps imports the services; errors is imported early
+
+    try:
+        with svc.cp.read() as s:
+            request.state.principal = authenticate(
+                s, bearer(request), svc.cp.now(), svc.cp.principals
+            )
+    except Unauthorized as exc:
+        return exc
+    except Unavailable:
+        return None
+    return None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -78,6 +103,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        refusal = _unauthenticated(request)
+        if refusal is not None:  # who calls is judged before what they sent
+            return problem_response(request, refusal.status, refusal.title, refusal.message)
         problems = [
             FieldProblem(
                 field=".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body",

@@ -7,7 +7,9 @@ Example::
 
 Its state (job folders, logs, checkpoints by default) lives in ``--state-dir``, by default
 ``$GPUPOOL_HOME/agent/<node>``. Stopping the agent (Ctrl-C, SIGTERM) leaves jobs running; the
-next agent started with the same state folder re-adopts them.
+next agent started with the same state folder re-adopts them, if it makes contact with the server
+within half the server's node timeout; past that, the replicas stop themselves with the reason
+``node`` (the server is about to start them elsewhere; see agent/fence.py).
 """
 
 from __future__ import annotations
@@ -51,22 +53,51 @@ def jobs_run_as(mode: str, credential: str) -> str:
     """The start-up line that says whose account jobs run as, and what that means."""
     import pwd
 
-    from gpupool.agent.runas import AGENT, SUBMITTER
+    from gpupool.agent.dynuid import FIRST_UID, LAST_UID
+    from gpupool.agent.runas import AGENT, AUTO, SUBMITTER, resolve_mode
 
+    if resolve_mode(mode) == AUTO:
+        return (
+            "jobs run as their submitters' Unix accounts where they have one, else each "
+            f"replica as a transient account of its own (UIDs {FIRST_UID}-{LAST_UID}): never "
+            "as root or as this process's account, never two tenants in one account"
+        )
     if mode == SUBMITTER:
         return "jobs run as their submitters' Unix accounts (--run-as submitter)"
-    if mode != AGENT:
-        return f"jobs run as Unix account {mode} (--run-as {mode})"
+    if mode not in (AGENT, AUTO):
+        return (
+            f"jobs run as Unix account {mode} (--run-as {mode}), one account for every tenant: "
+            "their jobs can read each other's environments, files and uploads and signal each "
+            "other; the default (--run-as auto, as root) gives each submitter or replica an "
+            "account of its own"
+        )
     me = pwd.getpwuid(os.geteuid()).pw_name
+    if os.geteuid() == 0:
+        return (
+            f"jobs run as root (--run-as agent): any job can read {credential} and do "
+            "anything on this machine. Only for a machine of one person; the default "
+            "(--run-as auto) runs each job as its submitter's or a transient account"
+        )
+    own = "this is your own pool: " if mode == AUTO else ""
     return (
-        f"jobs run as {me}, this process's own account: any job can read {credential}. "
-        "Fine for a pool of one person; with more users start as root with --run-as "
-        "submitter or --run-as ACCOUNT (see docs/deploy.md, 'Whose account jobs run as')"
+        f"{own}jobs run as {me}, this process's own account: any job can read {credential}. "
+        "Fine for a pool of one person; with more users start it as root (each job then runs "
+        "as its submitter's or a transient account of its own; see docs/security.md)"
     )
 
 
+#: The environment variable that gives ``--run-as`` (an operator's service file may set it).
+RUN_AS_ENV = "GPUPOOL_RUN_AS"
+RUN_AS_HELP = (
+    "whose Unix account jobs run as: 'auto' (as root: the submitter's account where one "
+    "exists, else a transient per-replica UID; as another user: yours), 'agent' (this "
+    "process's: one-person machines only, a job can read the tokens), 'submitter', or an "
+    "account's name (one account shared by every tenant)"
+)
+
+
 def start_local_agent(
-    settings: ServerSettings, simulate: str | None, run_as: str = "agent"
+    settings: ServerSettings, simulate: str | None, run_as: str = "auto"
 ) -> LocalAgent:
     """Start ``gpupool up``'s local agent beside the server being started with ``settings``."""
     from gpupool.agent.local import LocalAgent
@@ -101,19 +132,12 @@ def run_agent(  # noqa: PLR0917 - typer options
         None, help="where job checkpoint folders go (share it between nodes to move jobs)"
     ),
     log_cap: str = typer.Option("64MiB", help="size cap of each job's stdout and stderr log"),
-    run_as: str = typer.Option(
-        "agent",
-        help="whose Unix account jobs run as: 'agent' (this agent's: one-person pools only, a "
-        "job can read the agent's token), 'submitter' (the account named like the job's "
-        "gpupool user) or an account's name (one service account for jobs); the last two "
-        "need root",
-    ),
+    run_as: str = typer.Option("auto", envvar=RUN_AS_ENV, help=RUN_AS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
 ) -> None:
     """Run this machine's node agent: report its GPUs and run the jobs placed on them.
 
-    Example: ``gpupool agent --server http://head:8470 --token-file /etc/gpupool/agent-token
-    --run-as submitter``
+    Example: ``gpupool agent --server http://head:8470 --token-file /etc/gpupool/agent-token``
     """
     from gpupool.agent.agent import Agent, AgentConfig
     from gpupool.agent.node import default_node_name
@@ -176,7 +200,8 @@ def run_agent(  # noqa: PLR0917 - typer options
     counts = agent.summary()
     live = counts.get("running", 0) + counts.get("starting", 0)
     typer.echo(
-        f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted on restart"
+        f"gpupool agent stopped; {live} replica(s) keep running and are re-adopted by an agent "
+        "back within half the server's node timeout (they stop themselves after that)"
     )
     sys.stdout.flush()
 

@@ -126,6 +126,9 @@ def serve(
         # On SIGTERM/Ctrl-C, give in-flight requests a moment, then stop: an agent's long poll
         # (up to 25 s) must not hold a stopping server.
         "timeout_graceful_shutdown": 3,
+        # X-Forwarded-For is read by the app, from the proxies the admin named only
+        # (gpupool.api.clientaddr): uvicorn's own reading trusts 127.0.0.1 by default.
+        "proxy_headers": False,
     }
     if app is not None:
         board = app.state.services.cp.orders
@@ -174,6 +177,12 @@ def server(  # noqa: PLR0917 - one typer option per parameter
     metrics_tenants: bool = typer.Option(
         False, "--metrics-tenants", help="/metrics names tenants (default: per pool only)"
     ),
+    trusted_proxies: str = typer.Option(
+        "",
+        "--trusted-proxies",
+        help="CIDR,...: reverse proxies whose X-Forwarded-For names the caller in the audit "
+        "log (default: none; the header is ignored)",
+    ),
 ) -> None:
     """Run the control plane: REST API, store and scheduling loop.
 
@@ -193,6 +202,7 @@ def server(  # noqa: PLR0917 - one typer option per parameter
             leader_lease_s=leader_lease,
             metrics_token=metrics_token,
             metrics_tenants=metrics_tenants,
+            trusted_proxies=tuple(p.strip() for p in trusted_proxies.split(",") if p.strip()),
         )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

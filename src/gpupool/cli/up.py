@@ -20,6 +20,7 @@ from types import FrameType
 import typer
 
 from gpupool import __version__
+from gpupool.cli.agent import RUN_AS_ENV, RUN_AS_HELP
 
 
 class _Terminated(Exception):
@@ -49,11 +50,7 @@ def up(  # noqa: PLR0917 - one typer option per parameter
     simulate: str | None = typer.Option(
         None, help="simulate GPUs (e.g. 4xA100-80GB,2xT4); default: real GPUs, else 4xA100-80GB"
     ),
-    run_as: str = typer.Option(
-        "agent",
-        help="whose Unix account jobs run as: 'agent' (yours: one-person pools only, a job can "
-        "read the admin token), 'submitter' or an account's name (needs root)",
-    ),
+    run_as: str = typer.Option("auto", envvar=RUN_AS_ENV, help=RUN_AS_HELP),
     heartbeat: float = typer.Option(5.0, help="agent heartbeat interval, seconds"),
     node_timeout: float = typer.Option(
         30.0,
@@ -63,8 +60,10 @@ def up(  # noqa: PLR0917 - one typer option per parameter
 ) -> None:
     """Run the pool on this machine: API server, SQLite store, scheduling loop and local agent.
 
-    A store made by an older gpupool is migrated to this version's schema at start. Jobs run
-    as your account unless ``--run-as`` names another (see docs/deploy.md).
+    A store made by an older gpupool is migrated to this version's schema at start. Started by
+    an ordinary user, jobs run as that user (the pool is theirs); started as root, each job
+    runs as its submitter's account or a transient one of its own, never as root (see
+    docs/security.md).
 
     Example: ``gpupool up --port 8470 --simulate 2xA100-80GB,2xT4``
     (``--heartbeat`` and ``--node-timeout`` as ``gpupool server`` has them)

@@ -26,6 +26,9 @@
   (admin, operator); off: anyone who reaches the port may scrape it.
 - ``metrics_tenants``: ``/metrics`` labels the queue with tenant names (off: per pool only, so
   an open ``/metrics`` names no tenant).
+- ``trusted_proxies``: addresses or networks (CIDR) of reverse proxies whose
+  ``X-Forwarded-For`` names the caller (see :mod:`gpupool.api.clientaddr`); empty (the
+  default): the header is ignored and the connection's peer is the caller.
 - ``submit_batch``: the most submits written in one transaction (group commit);
   ``submit_writers``: how many such transactions may be under way at once.
 
@@ -37,6 +40,7 @@ when the settings are built, and the node timeout must exceed the heartbeat inte
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import socket
@@ -95,9 +99,19 @@ class ServerSettings:
     leader_lease_s: float = 15.0
     metrics_token: bool = False
     metrics_tenants: bool = False
+    trusted_proxies: tuple[str, ...] = ()
     server_id: str = field(default_factory=_server_id)
 
     def __post_init__(self) -> None:
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise InvalidValue(
+                    f"trusted proxy {proxy!r} is not an address or a network: use e.g. "
+                    "--trusted-proxies 10.0.0.5,10.1.0.0/16",
+                    field="trusted_proxies",
+                ) from None
         for name, bound in SETTING_BOUNDS.items():
             bound.check(float(getattr(self, name)))
         if self.node_timeout_s <= self.heartbeat_interval_s:
@@ -123,6 +137,7 @@ class ServerSettings:
     def from_json(cls, text: str) -> ServerSettings:
         data = json.loads(text)
         data["home"] = Path(data["home"])
+        data["trusted_proxies"] = tuple(data.get("trusted_proxies", ()))
         return cls(**data)
 
     @classmethod

@@ -108,6 +108,9 @@ class TokenModel(Base):
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The token whose holder minted this one (None: made by the server itself, e.g. the first
+    # admin token, or before revision 0008). Revoking a token revokes its descendants.
+    parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class NodeModel(Base):

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
 from gpupool.api.deps import Act, Svc, Who
-from gpupool.control.services.results import PROBLEM_HEADER, ResultService
+from gpupool.control.services.results import AGENT_HEADER, PROBLEM_HEADER, ResultService
 from gpupool.control.services.uploads import TooLarge, too_large_message
 
 router = APIRouter(tags=["results"])
@@ -23,9 +23,11 @@ router = APIRouter(tags=["results"])
 
 @router.post("/v1/agent/results/{assignment_id}", status_code=204)
 async def store_results(assignment_id: str, request: Request, svc: Svc, act: Act) -> Response:
-    """One replica's results from its node (role ``agent``)."""
+    """One replica's results from its node (role ``agent``, and the agent id of the node the
+    assignment ran on in ``X-Gpupool-Agent-Id``: 403 from any other)."""
     results = ResultService(svc.cp)
     problem = request.headers.get(PROBLEM_HEADER)
+    agent_id = request.headers.get(AGENT_HEADER)
     received: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -34,7 +36,9 @@ async def store_results(assignment_id: str, request: Request, svc: Svc, act: Act
             raise TooLarge(too_large_message(results.limit))
         received.append(chunk)
     data = b"".join(received)
-    await anyio.to_thread.run_sync(lambda: results.store(act, assignment_id, data, problem))
+    await anyio.to_thread.run_sync(
+        lambda: results.store(act, assignment_id, data, problem, agent_id)
+    )
     return Response(status_code=204)
 
 

@@ -9,6 +9,12 @@ Words:
   submit directory) or one they named.
 - **problem**: why a node could not send a replica's results (too large, unreadable); kept in
   their place, so a fetch says it instead of "not found".
+- **sender**: only the agent of the node the assignment ran on may send its results. An agent
+  token alone does not say which node it speaks for (one token may serve many nodes, and any
+  holder of an agent token could otherwise replace any tenant's results), so the agent names
+  itself with its **agent id** (:data:`AGENT_HEADER`, the random id it registered the node
+  with, kept private in its state folder); a request from another node, or naming no id, is
+  refused with 403.
 
 Files: ``<home>/results/<job id>/<rank>.tar.gz`` and ``<rank>.json`` (the assignment it came
 from, its size, or the problem). The newest attempt's results replace an older attempt's. Like
@@ -17,21 +23,24 @@ logs, servers on several machines need a shared ``home``.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.errors import Conflict, Invalid, NotFound
+from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.nodeorders import stored_job
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.domain.states import JobState
 from gpupool.domain.users import Permission
-from gpupool.store.models import AssignmentModel, JobModel
+from gpupool.store.models import AssignmentModel, JobModel, NodeModel
 
 #: The header an agent names a problem in, instead of sending an archive.
 PROBLEM_HEADER = "X-Results-Problem"
+#: The header an agent names its agent id in (see **sender** above).
+AGENT_HEADER = "X-Gpupool-Agent-Id"
 
 
 @dataclass(frozen=True)
@@ -53,17 +62,34 @@ class ResultService:
         return folder / f"{rank}.tar.gz", folder / f"{rank}.json"
 
     # ------------------------------------------------------------------ agents write
-    def store(self, actor: Actor, assignment_id: str, data: bytes, problem: str | None) -> int:
+    def store(
+        self,
+        actor: Actor,
+        assignment_id: str,
+        data: bytes,
+        problem: str | None,
+        agent_id: str | None = None,
+    ) -> int:
         """Keep a replica's results (or the problem that kept them from coming); returns the
-        bytes kept. An assignment the server does not know is refused (409)."""
+        bytes kept. An assignment the server does not know is refused (409); one that ran on
+        a node whose agent is not ``agent_id`` is refused (403, see **sender**)."""
         require(actor.principal, Permission.AGENT)
         if problem is None and len(data) > self.limit:
             raise Invalid(f"results over the {self.limit}-byte limit (upload_max_bytes)")
         with self.cp.read() as s:
             a = s.get(AssignmentModel, assignment_id)
             where = (a.job_id, a.rank) if a is not None else None
+            node = s.get(NodeModel, a.node) if a is not None else None
+            node_name = a.node if a is not None else ""
+            speaker = node.agent_id if node is not None else None
         if where is None:  # 409, as the log route's kept=False: the agent does not retry
             raise Conflict(f"assignment {assignment_id!r} is not known: its results are not kept")
+        if speaker is None or not hmac.compare_digest(speaker, agent_id or ""):
+            raise Forbidden(
+                f"assignment {assignment_id} ran on node {node_name}: only that node's agent "
+                f"may send its results (send them from it, with its id in {AGENT_HEADER}; "
+                "agents older than this server must be upgraded)"
+            )
         archive, meta = self._paths(*where)
         archive.parent.mkdir(parents=True, exist_ok=True)
         if problem is None:

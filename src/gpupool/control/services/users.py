@@ -4,6 +4,12 @@ Who may manage whom: ``admin`` manages every user; ``tenant-admin`` manages the 
 tenant, and only with roles up to its own (tenant-admin, member, viewer). Tokens of a user are
 managed by whoever may manage the user, and by the user (its own tokens).
 A token's secret is returned once, by :meth:`UserService.create_token`, and never again.
+
+**Minted tokens**: a token made through the API remembers the token of the caller who made it
+(its *parent*). Revoking a token revokes its descendants (the tokens it minted, theirs, and so
+on), and deleting a user revokes the descendants of all its tokens: a stolen token cannot leave
+behind a copy of itself that outlives its revocation. A minted token never outlives its parent's
+expiry (:func:`_within_parent`), and an agent token mints no tokens at all.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
-from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
+from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, new_secret, require
 from gpupool.domain.bounds import ANY_DURATION_S
@@ -71,8 +77,16 @@ def _load_user(session: Session, principal: Principal, name: str) -> UserModel:
 
 
 def insert_token(
-    session: Session, user: str, name: str, now: float, ttl_s: float | None
+    session: Session,
+    user: str,
+    name: str,
+    now: float,
+    ttl_s: float | None,
+    *,
+    parent_id: str | None = None,
 ) -> IssuedToken:
+    """Add a token; ``parent_id``: the token of the caller who minted it (``None`` for one the
+    server or an operator at the store makes)."""
     token_id, secret, digest = new_secret()
     expires = now + ttl_s if ttl_s is not None else None
     session.add(
@@ -83,6 +97,7 @@ def insert_token(
             secret_sha256=digest,
             created_at=now,
             expires_at=expires,
+            parent_id=parent_id,
         )
     )
     return IssuedToken(token_id, user, name, secret, expires)
@@ -95,6 +110,8 @@ def _within_parent(
     token (the parent). No lifetime asked: the parent's remaining one; a longer one asked:
     :class:`Invalid` saying how long is allowed."""
     parent = session.get(TokenModel, principal.token_id)
+    if parent is not None and parent.revoked_at is not None:  # revoked while this call ran
+        raise Unauthorized("the API token was revoked: ask an admin for a new one")
     expires = parent.expires_at if parent is not None else None
     if expires is None:
         return ttl_s
@@ -108,6 +125,30 @@ def _within_parent(
             "with a token that does not expire (an admin's)"
         )
     return ttl_s
+
+
+def revoke_with_descendants(session: Session, roots: list[TokenModel], now: float) -> list[str]:
+    """Revoke ``roots`` and every token minted by them, by those, and so on (a token minted by a
+    revoked token must not outlive it); returns the ids newly revoked, roots first."""
+    revoked: list[str] = []
+    seen: set[str] = set()
+    layer = list(roots)
+    while layer:
+        ids = []
+        for token in layer:
+            if token.id in seen:
+                continue
+            seen.add(token.id)
+            ids.append(token.id)
+            if token.revoked_at is None:
+                token.revoked_at = now
+                revoked.append(token.id)
+        layer = (
+            list(session.scalars(select(TokenModel).where(TokenModel.parent_id.in_(ids))))
+            if ids
+            else []
+        )
+    return revoked
 
 
 class UserService:
@@ -158,8 +199,8 @@ class UserService:
             if name == principal.user:
                 raise Conflict("you cannot delete yourself: ask another admin")
             row.disabled = True
-            for token in s.scalars(select(TokenModel).where(TokenModel.user == name)):
-                token.revoked_at = token.revoked_at or now
+            owned = list(s.scalars(select(TokenModel).where(TokenModel.user == name)))
+            revoke_with_descendants(s, owned, now)
             audit.record(s, actor, "user.delete", now, target=name)
         self.cp.principals.clear()  # its tokens stop working in this process now
 
@@ -168,6 +209,13 @@ class UserService:
     ) -> IssuedToken:
         principal = actor.principal
         target = user or principal.user
+        if principal.role is Role.AGENT:
+            # An agent needs no token but its own, and one it minted would be a second key to
+            # every tenant's uploads that an operator did not hand out: refused outright.
+            raise Forbidden(
+                "an agent token may not create tokens: an admin creates each agent's token "
+                "(`gpupool tokens create --user AGENT_USER`)"
+            )
         if ttl_s is not None and ttl_s <= 0:
             raise Invalid("a token's lifetime must be positive: use e.g. 30d, or none")
         if ttl_s is not None:
@@ -183,7 +231,7 @@ class UserService:
             if row.disabled:
                 raise Conflict(f"user {target} is disabled: enable or recreate the user")
             ttl_s = _within_parent(s, principal, now, ttl_s)
-            issued = insert_token(s, target, name, now, ttl_s)
+            issued = insert_token(s, target, name, now, ttl_s, parent_id=principal.token_id)
             audit.record(s, actor, "token.create", now, target=f"{target}/{issued.id}")
         return issued
 
@@ -217,6 +265,9 @@ class UserService:
             )
             if token is None or not allowed:
                 raise NotFound(f"token {token_id!r} not found: list tokens with `gpupool tokens`")
-            token.revoked_at = token.revoked_at or now
+            revoked = revoke_with_descendants(s, [token], now)
             audit.record(s, actor, "token.revoke", now, target=token_id)
+            for child in revoked:
+                if child != token_id:
+                    audit.record(s, actor, "token.revoke", now, target=f"{child} (via {token_id})")
         self.cp.principals.clear()  # the token stops working in this process now
