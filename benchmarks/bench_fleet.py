@@ -136,9 +136,9 @@ class Server:
                     "replicas failed over": one(
                         "SELECT count(*) FROM assignments WHERE stop_reason='node'"
                     ),
-                    "jobs done": one("SELECT count(*) FROM jobs WHERE state='completed'"),
+                    "jobs done": one("SELECT count(*) FROM jobs WHERE state='COMPLETED'"),
                     "jobs failed": one(
-                        "SELECT count(*) FROM jobs WHERE state IN ('failed','node_fail')"
+                        "SELECT count(*) FROM jobs WHERE state IN ('FAILED','NODE_FAIL')"
                     ),
                 }
         finally:

@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gpupool import __version__
-from gpupool.agent.transport import Backoff
+from gpupool.agent.transport import NODE_HEADER, Backoff, retry_after
 from gpupool.schemas.agent import (
     AssignmentSpec,
     DeviceInfo,
@@ -164,10 +164,11 @@ class FakeNode:
         path: str,
         body: object,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        headers: dict[str, str] | None = None,
     ) -> bytes:
         try:
             status, payload = await asyncio.wait_for(
-                conn.request(method, path, body), timeout=timeout_s
+                conn.request(method, path, body, headers), timeout=timeout_s
             )
         except TimeoutError:
             conn.close()
@@ -179,7 +180,7 @@ class FakeNode:
             raise Unanswered() from None
         self.stats.answered(kind, status)
         if status >= 500 or status == 429:
-            raise Unanswered(_retry_after(conn.headers.get("retry-after")))
+            raise Unanswered(retry_after(conn.headers.get("retry-after")))
         if status >= 400:
             raise RuntimeError(f"{method} {path} refused ({status}): {payload[:300]!r}")
         return payload
@@ -262,7 +263,12 @@ class FakeNode:
         body = self.heartbeat_request().model_dump(mode="json")
         t0 = time.monotonic()
         payload = await self._call(
-            self._beat_conn, "heartbeat", "POST", "/v1/agent/heartbeat", body
+            self._beat_conn,
+            "heartbeat",
+            "POST",
+            "/v1/agent/heartbeat",
+            body,
+            headers={NODE_HEADER: self.name},
         )
         self.stats.beat_latency.append(time.monotonic() - t0)
         self.handle(HeartbeatResponse.model_validate_json(payload))
@@ -332,8 +338,9 @@ class FakeNode:
                         await self.heartbeat()
                         self.backoff.reset()
                         next_beat = time.monotonic() + self.interval_s
-                    except Unanswered:
-                        next_beat = time.monotonic() + self.backoff.next_delay()
+                    except Unanswered as exc:
+                        delay = self.backoff.next_delay(exc.retry_after_s)
+                        next_beat = time.monotonic() + delay
                 await self._sleep_until(stop, next_beat)
         finally:
             if poller is not None:
@@ -374,15 +381,6 @@ class FakeNode:
             elif not answer["changed"] and seq == answer["seq"]:
                 await asyncio.sleep(0.2)
             seq = int(answer["seq"])
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 async def run_fleet(

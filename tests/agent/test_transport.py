@@ -61,3 +61,22 @@ def test_backoff_doubles_with_jitter_up_to_its_cap_and_resets() -> None:
         assert ceiling / 2 <= d <= ceiling
     b.reset()
     assert b.next_delay() <= 0.5
+
+
+def test_a_busy_servers_retry_after_is_kept_and_the_heartbeat_names_its_node() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503, headers={"Retry-After": "7"}, json={"detail": "busy"})
+
+    t = HttpTransport("http://server:1/", "secret", transport=httpx.MockTransport(handler))
+    with pytest.raises(ServerUnavailable) as caught:
+        t.heartbeat(HeartbeatRequest(node="n1", epoch=2))
+    assert caught.value.retry_after_s == 7.0
+    assert seen[0].headers["X-Gpupool-Node"] == "n1"
+    backoff = Backoff(seed=1)
+    waits = [backoff.next_delay(caught.value.retry_after_s) for _ in range(20)]
+    assert all(7.0 <= w <= 7.0 * 1.25 for w in waits)
+    assert len(set(waits)) > 1  # jittered: agents told the same number do not come together
+    assert Backoff(seed=1).next_delay(None) <= 0.5  # without a hint: the agent's own backoff

@@ -426,7 +426,7 @@ class Agent(Launcher):
                 except ServerUnavailable as exc:
                     if not isinstance(exc, ServerSilent):
                         self.contact()  # an answer, even an error: not cut off
-                    delay = self.backoff.next_delay()
+                    delay = self.backoff.next_delay(exc.retry_after_s)
                     if self.last_error is None:
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)

@@ -3,8 +3,9 @@
 The agent speaks the protocol of :mod:`gpupool.schemas.agent` over ``POST /v1/agent/register``
 and ``POST /v1/agent/heartbeat`` with a bearer token of role ``agent``. Network errors and
 5xx answers raise :class:`ServerUnavailable` (the agent keeps its jobs running and retries with
-:class:`Backoff`); 401/403 raise :class:`AgentRejected`, which needs a person (a wrong or
-revoked token), so the agent says so instead of retrying silently forever.
+:class:`Backoff`, no sooner than a busy server's ``Retry-After``); 401/403 raise
+:class:`AgentRejected`, which needs a person (a wrong or revoked token), so the agent says so
+instead of retrying silently forever.
 """
 
 from __future__ import annotations
@@ -29,10 +30,30 @@ from gpupool.schemas.agent import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+#: The header naming the node on a heartbeat (see ``api/shedding.py``).
+NODE_HEADER = "X-Gpupool-Node"
+#: The longest wait a server's ``Retry-After`` may impose on the agent (seconds).
+RETRY_AFTER_CAP_S = 60.0
 
 
 class ServerUnavailable(GpupoolError):
-    """The server did not answer usefully; try again later."""
+    """The server did not answer usefully; try again later (``retry_after_s``: no sooner than
+    this, when a busy server said so with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (a number; an HTTP date or junk: ``None``)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if 0.0 <= seconds < 86400.0 else None
 
 
 class ServerSilent(ServerUnavailable):
@@ -91,9 +112,11 @@ class HttpTransport:
             timeout=timeout_s,
         )
 
-    def _post(self, path: str, body: BaseModel, answer: type[M]) -> M:
+    def _post(
+        self, path: str, body: BaseModel, answer: type[M], headers: dict[str, str] | None = None
+    ) -> M:
         try:
-            response = self._client.post(path, json=body.model_dump(mode="json"))
+            response = self._client.post(path, json=body.model_dump(mode="json"), headers=headers)
         except httpx.HTTPError as exc:
             raise unavailable(
                 f"cannot reach the server at {self._client.base_url}: {exc}", exc
@@ -104,7 +127,10 @@ class HttpTransport:
                 "with role 'agent' and pass it with --token-file"
             )
         if response.status_code >= 500 or response.status_code == 429:
-            raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
+            raise ServerUnavailable(
+                f"the server answered {response.status_code} on {path}",
+                retry_after(response.headers.get("retry-after")),
+            )
         if response.status_code >= 400:
             raise AgentRejected(
                 f"the server rejected {path} ({response.status_code}): {response.text[:500]}"
@@ -118,7 +144,10 @@ class HttpTransport:
         return self._post("/v1/agent/register", request, RegisterResponse)
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        return self._post("/v1/agent/heartbeat", request, HeartbeatResponse)
+        # The node's name in a header too: a busy server that sheds the heartbeat unread still
+        # knows the node is alive (api/shedding.py).
+        headers = {NODE_HEADER: request.node}
+        return self._post("/v1/agent/heartbeat", request, HeartbeatResponse, headers)
 
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
@@ -200,10 +229,17 @@ class Backoff:
         """Never wait longer than ``seconds`` between tries (the heartbeat interval)."""
         self.cap_s = max(seconds, 0.05)
 
-    def next_delay(self) -> float:
+    def next_delay(self, at_least_s: float | None = None) -> float:
+        """The wait before the next try. ``at_least_s`` is a busy server's ``Retry-After``:
+        the wait is then no shorter than it (up to ``RETRY_AFTER_CAP_S``), times [1, 1.25]
+        of jitter of our own, so agents told the same number do not return together."""
         delay = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
         self.failures += 1
-        return delay * self._rng.uniform(0.5, 1.0)
+        delay *= self._rng.uniform(0.5, 1.0)
+        if at_least_s is not None and at_least_s > 0:
+            told = min(at_least_s, RETRY_AFTER_CAP_S) * self._rng.uniform(1.0, 1.25)
+            delay = max(delay, told)
+        return delay
 
     def reset(self) -> None:
         self.failures = 0

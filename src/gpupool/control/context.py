@@ -21,6 +21,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from gpupool.control.errors import Unavailable
+from gpupool.control.machinery.admission import Admission
 from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard
 from gpupool.control.services.auth import PrincipalCache
@@ -67,6 +68,7 @@ class ControlPlane:
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
+        self.admission = Admission()  # agents' calls in flight, shed, heard; the server's lag
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
         # In-memory copies for the hot path; services that change what they hold clear them.

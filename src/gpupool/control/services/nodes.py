@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from gpupool import __version__
@@ -161,10 +161,20 @@ class NodeService:
                 d.uuid: d
                 for d in s.scalars(select(DeviceModel).where(DeviceModel.node == req.node))
             }
+            # devices another node held before (moved here): one query, not one per device
+            wanted = [info.uuid for info in req.devices if info.uuid not in known]
+            moved = {
+                d.uuid: d
+                for d in (
+                    s.scalars(select(DeviceModel).where(DeviceModel.uuid.in_(wanted)))
+                    if wanted
+                    else ()
+                )
+            }
             seen: set[str] = set()
             for info in req.devices:
                 seen.add(info.uuid)
-                dev = known.get(info.uuid) or s.get(DeviceModel, info.uuid)
+                dev = known.get(info.uuid) or moved.get(info.uuid)
                 if dev is None:
                     dev = DeviceModel(uuid=info.uuid, pool=pool)
                     s.add(dev)
@@ -308,9 +318,15 @@ class NodeService:
         Silence before that moment proves nothing: the agents may have been knocking on a
         stopped server or a server without its store. So a node is judged only on
         ``node_timeout_s`` of silence after it, and nobody is judged while that grace runs.
+
+        Nor is a node judged for the server's own slowness: heartbeats this server shed are
+        written first (:meth:`record_heard`), and the timeout is extended by the server's lag
+        (how late it has been recording heartbeats, :mod:`~.machinery.admission`).
         """
+        self.record_heard()  # shed heartbeats count: written before anyone is judged
         now = self.cp.now()
-        deadline = now - self.cp.settings.node_timeout_s
+        lag = self.cp.admission.lag()
+        deadline = now - self.cp.settings.node_timeout_s - lag
         downed: list[str] = []
         if watching_since > deadline:
             return downed
@@ -330,6 +346,8 @@ class NodeService:
                     f"node {node.name} missed heartbeats for {now - node.last_heartbeat:.0f}s: "
                     "marked down, its jobs are failed over"
                 )
+                if lag >= 1.0:
+                    message += f" (the timeout was extended by the server's own lag, {lag:.0f}s)"
                 log.warning(message)
                 s.add(EventModel(time=now, kind="node.down", subject=node.name, message=message))
                 live = s.scalars(
@@ -345,3 +363,28 @@ class NodeService:
         if downed:
             self.cp.poke()
         return downed
+
+    def record_heard(self) -> int:
+        """Write when this server last heard each node whose heartbeat it shed (one batched
+        update; see :mod:`~gpupool.control.machinery.admission`); returns how many. A node
+        marked down is not brought back by it: that takes a heartbeat the server applied."""
+        heard = self.cp.admission.take_heard()
+        if not heard:
+            return 0
+        stamp = (
+            update(NodeModel)
+            .where(
+                NodeModel.name == bindparam("n"),
+                NodeModel.last_heartbeat < bindparam("t"),
+                NodeModel.state != NodeState.DOWN.value,
+            )
+            .values(last_heartbeat=bindparam("t"))
+            .execution_options(synchronize_session=False)
+        )
+        try:
+            with self.cp.tx() as s:
+                s.connection().execute(stamp, [{"n": n, "t": t} for n, t in heard.items()])
+        except Exception:
+            self.cp.admission.give_back_heard(heard)
+            raise
+        return len(heard)
