@@ -47,7 +47,7 @@ from gpupool.api.routers import (
     usage,
     users,
 )
-from gpupool.api.shedding import AgentShedding, watch_lag
+from gpupool.api.shedding import AgentShedding, watch
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
@@ -95,7 +95,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if loop is not None:
             loop.start()
-        watcher = asyncio.create_task(watch_lag(cp))  # the server's own lag (api/shedding.py)
+        watcher = asyncio.create_task(watch(cp))  # lag, batched liveness (api/shedding.py)
         # Everything built so far (modules, the app, the ORM's mappers) lives as long as the
         # process: move it out of the collector's sight, so that a full collection scans only
         # what requests made. Without this, full collections took 100-250 ms under load and

@@ -8,8 +8,9 @@ the request's body is parsed, its token looked up in the store or a worker threa
 shed heartbeat whose token is known (in the principal cache) and which names its node
 (``X-Gpupool-Node``, sent by agents since this version) counts as heard.
 
-:func:`watch_lag` runs on the event loop for the app's lifetime: it notes how late the loop
-wakes (the server's own lag) and writes the nodes heard from shed heartbeats once a second.
+:func:`watch` runs on the event loop for the app's lifetime: it notes how late the loop
+wakes (the server's own lag) and, once a second, writes what shed and quiet heartbeats left to
+write (:mod:`~gpupool.control.services.liveness`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
-from gpupool.control.services.nodes import NodeService
+from gpupool.control.services.liveness import Liveness
 from gpupool.domain.users import Permission
 
 log = logging.getLogger("gpupool.api.shedding")
@@ -111,20 +112,18 @@ async def _busy(send: Send, kind: str, wait: int, path: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def watch_lag(cp: ControlPlane) -> None:
-    """Note the event loop's lateness and write the nodes heard from shed heartbeats, once a
-    second, until cancelled."""
-    nodes = NodeService(cp)
+async def watch(cp: ControlPlane) -> None:
+    """Once a second until cancelled: note the event loop's lateness (the server's lag), and
+    write what heartbeats left to write (:mod:`~gpupool.control.services.liveness`: nodes
+    heard, quiet nodes' telemetry, orders moved elsewhere). An idle server only wakes."""
+    liveness = Liveness(cp)
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(WATCH_EVERY_S)
         cp.admission.note_loop_lag(time.monotonic() - t0 - WATCH_EVERY_S)
-        if not cp.admission.has_heard():
-            continue  # the usual case: no thread hop, no store
+        if not liveness.pending():
+            continue  # the usual case of an idle server: no thread hop, no store
         try:
-            written = await run_in_threadpool(nodes.record_heard)
+            await run_in_threadpool(liveness.flush)
         except Unavailable as exc:
-            log.warning("could not record nodes heard while shedding: %s", exc)
-            continue
-        if written:
-            log.info("recorded %d node(s) heard from shed heartbeats", written)
+            log.warning("could not write heartbeats' liveness and telemetry: %s", exc)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import Act, Svc, Who
+from gpupool.api.deps import Act, Svc, Who, calling_actor
 from gpupool.control.services.auth import require
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
@@ -28,8 +29,16 @@ def register(body: RegisterRequest, svc: Svc, act: Act) -> RegisterResponse:
 
 
 @router.post("/heartbeat", response_model=HeartbeatResponse)
-def heartbeat(body: HeartbeatRequest, svc: Svc, act: Act) -> HeartbeatResponse:
-    return svc.heartbeat.heartbeat(act, body)
+async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
+    """The hottest route: a quiet heartbeat (nothing new, see
+    ``control/machinery/settled.py``) is answered on the event loop with the kept answer's
+    bytes; any other is applied in a worker thread."""
+    svc, act = await calling_actor(request)
+    quiet = svc.heartbeat.quietly(act, body)
+    if quiet is not None:
+        return Response(quiet.body, media_type="application/json")
+    answer = await run_in_threadpool(svc.heartbeat.heartbeat, act, body)
+    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 @router.post("/logs", response_model=LogAck)

@@ -26,6 +26,7 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.jobstate import move
 from gpupool.control.machinery.lifecycle import Ending, end_assignments, move_assignment
 from gpupool.control.machinery.nodeorders import kill_at_once, node_orders, wire_reason
+from gpupool.control.machinery.settled import Settled
 from gpupool.control.services.accounting import accrue
 from gpupool.control.services.auth import Actor, require
 from gpupool.control.services.nodes import current_epoch
@@ -249,6 +250,22 @@ class _Beat:
             self.now,
         )
 
+    def settles(self, answer: HeartbeatResponse, hot_c: float) -> bool:
+        """Whether the node's next heartbeats, if they report the same, may be answered from
+        memory (see :mod:`~gpupool.control.machinery.settled`): nothing changed, nothing to
+        start, stop or acknowledge, no device near an alert."""
+        return not (
+            self.changed
+            or answer.start
+            or answer.stop
+            or answer.finished_ack
+            or not answer.registered
+            or any(not t.healthy or t.xid is not None for t in self.req.telemetry)
+            or any(
+                t.temperature_c is not None and t.temperature_c >= hot_c for t in self.req.telemetry
+            )
+        )
+
     def answer(self, live: list[AssignmentModel], settings: ServerSettings) -> HeartbeatResponse:
         """Step: what the node should do now (see :mod:`~.machinery.nodeorders`)."""
         reported = {r.assignment_id for r in self.req.replicas}
@@ -268,10 +285,28 @@ class HeartbeatService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
 
+    def quietly(self, actor: Actor, req: HeartbeatRequest) -> Settled | None:
+        """The kept answer when ``req`` is quiet (no transaction, no thread needed: the API
+        calls this on its event loop), else ``None``: then call :meth:`heartbeat`."""
+        require(actor.principal, Permission.AGENT)
+        return self._quiet(req, self.cp.orders.seq(req.node))
+
+    def _quiet(self, req: HeartbeatRequest, order_seq: int) -> Settled | None:
+        quiet = self.cp.settled.answer(req, order_seq, self.cp.settings.temperature_alert_c)
+        if quiet is not None:
+            self.cp.admission.heard(req.node, self.cp.now())  # written with the others
+        return quiet
+
     def heartbeat(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse:
-        """Apply one heartbeat in one transaction, step by step, and answer it."""
+        """Answer a quiet heartbeat from memory (:mod:`~.machinery.settled`), else apply it in
+        one transaction, step by step, and answer it."""
         require(actor.principal, Permission.AGENT)
         settings = self.cp.settings
+        order_seq = self.cp.orders.seq(req.node)  # before the transaction: see settled.py
+        quiet = self._quiet(req, order_seq)
+        if quiet is not None:
+            return quiet.answer
+        version = 0
         with self.cp.tx() as s:
             beat = _Beat(s, req, self.cp.now(), current_epoch(s))
             node = s.get(NodeModel, req.node)
@@ -290,6 +325,11 @@ class HeartbeatService:
             live = beat.unstarted_ends(beat.live())
             beat.usage(live)
             answer = beat.answer(live, settings)
+            version = node.orders_version
         if beat.changed:
             self.cp.poke()
+        if beat.settles(answer, settings.temperature_alert_c):
+            self.cp.settled.settle(req, order_seq, version, answer)
+        else:
+            self.cp.settled.forget(req.node)
         return answer

@@ -25,6 +25,7 @@ from gpupool import __version__
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.control.machinery.lifecycle import Ending, end_assignments
+from gpupool.control.machinery.orders import mark
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.services.envelope import envelopes
@@ -197,6 +198,7 @@ class NodeService:
                     s.delete(dev)
             audit.record(s, actor, "node.register", now, target=req.node)
             epoch = current_epoch(s)
+        self.cp.settled.forget(req.node)  # its next heartbeat is applied in full
         envelopes(self.cp).invalidate()  # submits judge by the new inventory at once
         self.cp.poke()
         return RegisterResponse(
@@ -285,6 +287,7 @@ class NodeService:
             message = f"node {name} deleted by {actor.principal.user}"
             s.add(EventModel(time=now, kind="node.deleted", subject=name, message=message))
             audit.record(s, actor, "node.delete", now, target=name)
+        self.cp.settled.forget(name)
         envelopes(self.cp).invalidate()
         self.cp.poke()
 
@@ -350,6 +353,8 @@ class NodeService:
                     message += f" (the timeout was extended by the server's own lag, {lag:.0f}s)"
                 log.warning(message)
                 s.add(EventModel(time=now, kind="node.down", subject=node.name, message=message))
+                mark(s, [node.name])  # no server answers its heartbeats from memory now
+                self.cp.settled.forget(node.name)
                 live = s.scalars(
                     select(AssignmentModel)
                     .where(
