@@ -81,6 +81,7 @@ def test_a_start_for_the_node_ends_the_quiet_at_once(cp: ControlPlane) -> None:
 def test_orders_given_by_another_process_end_the_quiet_within_a_flush(cp: ControlPlane) -> None:
     register(cp, "n1")
     heartbeat(cp, "n1")
+    heartbeat(cp, "n1")  # quiet
     with cp.tx() as s:  # another server process gave the node an order
         s.execute(update(NodeModel).values(orders_version=NodeModel.orders_version + 1))
     Liveness(cp).flush()

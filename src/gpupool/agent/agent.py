@@ -86,6 +86,8 @@ from gpupool.shim.build import SHIM_DIR_ENV
 log = logging.getLogger("gpupool.agent")
 #: Seconds one long poll for new orders waits on the server.
 LONG_POLL_S = 25.0
+#: The longest an agent with no replica sleeps between two looks at its loop (seconds).
+IDLE_TICK_S = 1.0
 
 
 @runtime_checkable
@@ -443,7 +445,16 @@ class Agent(Launcher):
             if self.mps is not None and now >= next_mps_check:
                 self.mps.ensure()
                 next_mps_check = now + 60.0
-            stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+            self._sleep(stop, max(0.0, next_beat - mono()))
+
+    def _sleep(self, stop: threading.Event, until_beat_s: float) -> None:
+        """Wait for the next round: ``local_tick_s`` while replicas need watching; with none,
+        until the next heartbeat or the long poll's wake-up (``IDLE_TICK_S`` at most, so a
+        stop is seen), so an idle node does not poll."""
+        if self.replicas or self._beat_now.is_set():
+            stop.wait(min(self.config.local_tick_s, until_beat_s))
+        else:
+            self._beat_now.wait(min(IDLE_TICK_S, until_beat_s))
 
     def contact(self) -> None:
         """The server answered (anything): the fence's silence starts again."""
@@ -451,7 +462,8 @@ class Agent(Launcher):
             self.fence.contact(self.clock.monotonic())
 
     def _watch_fence(self, stop: threading.Event) -> None:
-        while not stop.wait(self.config.local_tick_s):
+        # The fence stops running replicas: with none, a slower watch loses nothing.
+        while not stop.wait(self.config.local_tick_s if self.replicas else IDLE_TICK_S):
             self.check_fence()
 
     def check_fence(self) -> bool:

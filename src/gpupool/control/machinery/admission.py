@@ -96,6 +96,7 @@ class Admission:
         self._shed = {kind: _Window() for kind in self.limits}
         self._lag = _Window()
         self._heard: dict[str, float] = {}
+        self._written: dict[str, float] = {}  # node -> heard time last written (store time)
         self.shed_total = dict.fromkeys(self.limits, 0)
 
     def try_enter(self, kind: str) -> bool:
@@ -150,14 +151,36 @@ class Admission:
             if when > self._heard.get(node, 0.0):
                 self._heard[node] = when
 
-    def has_heard(self) -> bool:
-        return bool(self._heard)
-
-    def take_heard(self) -> dict[str, float]:
-        """The nodes heard since the last call, with when (emptied)."""
+    def has_heard(self, every_s: float = 0.0, now: float | None = None) -> bool:
+        """Whether a node heard is due to be written: any, or (with ``every_s``) one whose
+        time was last written ``every_s`` or more before ``now`` (store time)."""
         with self._lock:
-            heard, self._heard = self._heard, {}
-            return heard
+            if every_s <= 0.0 or now is None:
+                return bool(self._heard)
+            return any(now - self._written.get(n, -math.inf) >= every_s for n in self._heard)
+
+    def take_heard(self, every_s: float = 0.0, now: float | None = None) -> dict[str, float]:
+        """The nodes heard and due to be written (see :meth:`has_heard`), with when; they are
+        taken out, the others stay."""
+        with self._lock:
+            if every_s <= 0.0 or now is None:
+                due, self._heard = self._heard, {}
+            else:
+                due = {
+                    n: t
+                    for n, t in self._heard.items()
+                    if now - self._written.get(n, -math.inf) >= every_s
+                }
+                for n in due:
+                    del self._heard[n]
+            return due
+
+    def written(self, heard: Mapping[str, float]) -> None:
+        """``heard`` is in the store now."""
+        with self._lock:
+            self._written.update(heard)
+            if len(self._written) > 4 * len(self._heard) + 100_000:
+                self._written.clear()  # bounded: nodes come and go
 
     def give_back_heard(self, heard: Mapping[str, float]) -> None:
         """Put back what :meth:`take_heard` gave when it could not be written."""

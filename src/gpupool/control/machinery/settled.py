@@ -23,9 +23,10 @@ Words:
 - Anything else goes the full way, and so does every heartbeat once ``max_age_s`` passed, so
   the kept answer never drifts far from the store. Orders given by another process (an API
   worker, another replica) raise the node's ``orders_version`` in the store
-  (:func:`~.orders.bump_versions`); every second the server reads the versions and drops the
-  settled nodes whose version moved (:meth:`SettledNodes.forget_changed`), as it drops them all
-  when the leader epoch changes.
+  (:func:`~.orders.bump_versions`); every 5 s at most, when it answered quiet heartbeats
+  meanwhile, the server reads the versions and drops the settled nodes whose version moved
+  (:meth:`SettledNodes.forget_changed`), as it drops them all when the leader epoch changes
+  (``control/services/liveness.py``).
 
 In memory, per process, thread-safe.
 """
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from gpupool.schemas.agent import DeviceTelemetry, HeartbeatRequest, HeartbeatResponse
 
 #: The oldest settled answer given again (seconds): past it the heartbeat goes the full way.
-MAX_AGE_S = 60.0
+MAX_AGE_S = 120.0
 #: A quiet node's telemetry is written at most this often (seconds).
 TELEMETRY_EVERY_S = 15.0
 
@@ -139,8 +140,8 @@ class SettledNodes:
             samples, self._samples = self._samples, {}
             return samples
 
-    def has_work(self) -> bool:
-        return bool(self._nodes) or bool(self._samples)
+    def has_samples(self) -> bool:
+        return bool(self._samples)
 
     def versions(self) -> dict[str, tuple[int, int]]:
         """Settled node -> (orders_version, epoch) as kept."""

@@ -5,17 +5,23 @@ Two kinds of heartbeat leave something to write later: shed ones (the server was
 see :mod:`~gpupool.control.machinery.settled`). :meth:`Liveness.flush`, called once a second by
 the API process (``api/shedding.py``: ``watch``), writes in a few bounded transactions:
 
-1. when each node was last heard (``NodeService.record_heard``: one batched update);
+1. when each node was last heard (``NodeService.record_heard``: one batched update; a node at
+   most every ``heard_every_s``, 10 s or a quarter of the node timeout: the leader writes all
+   of its own before it judges);
 2. the telemetry kept from quiet heartbeats (one batched update of the devices, at most
    ``BATCH_ROWS`` rows a transaction);
-3. then it reads every node's ``orders_version`` and the leader epoch, and drops the settled
-   nodes whose orders moved in another process (or all of them on a new epoch).
+3. then, when quiet answers were given since and ``REFRESH_S`` passed, it reads every node's
+   ``orders_version`` and the leader epoch, and drops the settled nodes whose orders moved in
+   another process (or all of them on a new epoch).
 
 Nothing is done, and no transaction opened, while there is nothing to write and no node is
 settled (an idle server).
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 from sqlalchemy import bindparam, select, update
 
@@ -25,23 +31,38 @@ from gpupool.store.models import DeviceModel, NodeModel
 
 #: The most device rows one telemetry transaction updates.
 BATCH_ROWS = 2000
+#: The least time between two reads of the nodes' ``orders_version`` (seconds).
+REFRESH_S = 5.0
 
 
 class Liveness:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.nodes = NodeService(cp)
+        self._quiet_seen = 0  # settled.quiet at the last refresh
+        self._refreshed = -math.inf  # monotonic time of the last refresh
 
     def pending(self) -> bool:
         """Whether :meth:`flush` has anything to do."""
-        return self.cp.admission.has_heard() or self.cp.settled.has_work()
+        every = self.nodes.heard_every_s()
+        return (
+            self.cp.admission.has_heard(every, self.cp.now())
+            or self.cp.settled.has_samples()
+            or self._refresh_due()
+        )
+
+    def _refresh_due(self) -> bool:
+        """Quiet answers were given since the last look at the store's versions, at least
+        ``REFRESH_S`` ago."""
+        settled = self.cp.settled
+        return settled.quiet != self._quiet_seen and time.monotonic() - self._refreshed >= REFRESH_S
 
     def flush(self) -> tuple[int, int, int]:
         """Write what is pending (see the module docstring); returns (nodes heard, device
         samples written, settled nodes dropped)."""
-        heard = self.nodes.record_heard()
+        heard = self.nodes.record_heard(due_only=True)
         written = self.record_telemetry()
-        dropped = self.refresh_settled()
+        dropped = self.refresh_settled() if self._refresh_due() else 0
         return heard, written, dropped
 
     def record_telemetry(self) -> int:
@@ -80,6 +101,7 @@ class Liveness:
         return len(rows)
 
     def refresh_settled(self) -> int:
+        self._quiet_seen, self._refreshed = self.cp.settled.quiet, time.monotonic()
         if not self.cp.settled.versions():
             return 0
         with self.cp.read() as s:

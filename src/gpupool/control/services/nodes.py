@@ -15,10 +15,11 @@ assignment (:meth:`NodeService.delete`); its agent, if it ever returns, register
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool import __version__
@@ -48,6 +49,10 @@ from gpupool.store.models import (
 )
 
 log = logging.getLogger("gpupool.control.services.nodes")
+
+#: The most a heard node's time in the store lags what this process heard (seconds; see
+#: :meth:`NodeService.heard_every_s`).
+HEARD_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,9 @@ def current_epoch(session: Session) -> int:
 class NodeService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
+        #: Store time before which :meth:`mark_silent_nodes_down` can find no node to mark
+        #: down (as of its last call; heartbeats only push it later). ``inf``: no node is up.
+        self.next_judgement = 0.0
 
     def register(self, actor: Actor, req: RegisterRequest) -> RegisterResponse:
         require(actor.principal, Permission.AGENT)
@@ -329,9 +337,11 @@ class NodeService:
         self.record_heard()  # shed heartbeats count: written before anyone is judged
         now = self.cp.now()
         lag = self.cp.admission.lag()
-        deadline = now - self.cp.settings.node_timeout_s - lag
+        timeout = self.cp.settings.node_timeout_s + lag
+        deadline = now - timeout
         downed: list[str] = []
         if watching_since > deadline:
+            self.next_judgement = watching_since + timeout
             return downed
         with self.cp.tx() as s:
             silent = list(
@@ -365,15 +375,30 @@ class NodeService:
                 )
                 lost = Ending(reason=StopReason.NODE, message=f"node {node.name} went down")
                 end_assignments(s, [(a, lost) for a in live], now)
+            oldest = s.scalar(
+                select(func.min(NodeModel.last_heartbeat)).where(
+                    NodeModel.state != NodeState.DOWN.value
+                )
+            )
+        # No node can be judged before its last heartbeat plus the timeout: the scheduling loop
+        # sleeps until then when it has nothing else to do (an idle pool does not poll).
+        self.next_judgement = math.inf if oldest is None else float(oldest) + timeout
         if downed:
             self.cp.poke()
         return downed
 
-    def record_heard(self) -> int:
-        """Write when this server last heard each node whose heartbeat it shed (one batched
-        update; see :mod:`~gpupool.control.machinery.admission`); returns how many. A node
-        marked down is not brought back by it: that takes a heartbeat the server applied."""
-        heard = self.cp.admission.take_heard()
+    def heard_every_s(self) -> float:
+        """How stale a heard node's time may be in the store (seconds): what another server
+        process, leading, reads of it. This process writes everything before it judges."""
+        return min(HEARD_EVERY_S, self.cp.settings.node_timeout_s / 4)
+
+    def record_heard(self, *, due_only: bool = False) -> int:
+        """Write when this server last heard each node whose heartbeat it did not apply (shed
+        or quiet; one batched update; see :mod:`~gpupool.control.machinery.admission`);
+        returns how many. ``due_only``: only those last written ``heard_every_s`` ago or more.
+        A node marked down is not brought back by it: that takes a heartbeat applied."""
+        every = self.heard_every_s() if due_only else 0.0
+        heard = self.cp.admission.take_heard(every, self.cp.now())
         if not heard:
             return 0
         stamp = (
@@ -392,4 +417,5 @@ class NodeService:
         except Exception:
             self.cp.admission.give_back_heard(heard)
             raise
+        self.cp.admission.written(heard)
         return len(heard)
