@@ -96,9 +96,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
-    print(
-        f"idle gpupool up, {args.jobs} job(s): {60 * (cpu1 - cpu0) / (t1 - t0):.3f} CPU-s per minute"
-    )
+    per_minute = 60 * (cpu1 - cpu0) / (t1 - t0)
+    print(f"idle gpupool up, {args.jobs} job(s): {per_minute:.3f} CPU-s per minute")
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
