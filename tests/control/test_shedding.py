@@ -26,8 +26,8 @@ def test_calls_over_the_limit_are_shed_and_told_to_come_back_at_spread_times() -
         admission.try_enter("register")  # a booting rack knocks again and again
     waits = {admission.retry_after("register") for _ in range(200)}
     assert min(waits) >= 1
-    assert max(waits) <= 30
-    assert len(waits) > 10  # spread, not one number for everybody
+    assert max(waits) <= 15  # RETRY_CAP_S
+    assert len(waits) > 8  # spread, not one number for everybody
     assert max(admission.retry_after("heartbeat", cap_s=5.0) for _ in range(50)) <= 5
     admission.leave("register", 0.1)
     assert admission.try_enter("register")  # room again

@@ -41,12 +41,12 @@ from collections.abc import Callable, Mapping
 #: waiting on the store (a dozen round trips), so enough must be in flight to keep the cores
 #: busy; fewer than the store's pool (10 + 20 overflow on PostgreSQL) and the worker threads
 #: (40), so those never run dry for everything else. A registration costs ten times more.
-DEFAULT_LIMITS: Mapping[str, int] = {"register": 4, "heartbeat": 20}
+DEFAULT_LIMITS: Mapping[str, int] = {"register": 6, "heartbeat": 20}
 #: The window (seconds) over which lag and the shed rate are measured.
 WINDOW_S = 10.0
 #: The longest ``Retry-After`` (seconds) given for each kind; a heartbeat's is further capped
 #: at the heartbeat interval by the caller (a shed heartbeat still counts as heard).
-RETRY_CAP_S: Mapping[str, float] = {"register": 30.0, "heartbeat": 30.0}
+RETRY_CAP_S: Mapping[str, float] = {"register": 15.0, "heartbeat": 30.0}
 
 
 class _Window:
