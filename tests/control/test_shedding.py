@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from gpupool.api.shedding import store_pool_has_room
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.admission import Admission
 from gpupool.control.machinery.clock import ManualClock
@@ -92,3 +93,26 @@ def test_the_node_timeout_is_extended_by_the_servers_own_lag(
     assert nodes.mark_silent_nodes_down(watching_since=0.0) == []
     clock.advance(20.0)
     assert nodes.mark_silent_nodes_down(watching_since=0.0) == ["n1"]
+
+
+def test_a_heartbeat_that_would_wait_for_a_store_connection_is_shed(cp: ControlPlane) -> None:
+    api = make_api(cp)
+    register(cp, "n1")
+    pool = cp.engine.pool
+    held = []
+    try:
+        while store_pool_has_room(cp):
+            held.append(cp.engine.connect())  # everything else holds the store's connections
+        answer = api.call(
+            api.tokens["agent"], "POST", "/v1/agent/heartbeat", {"node": "n1", "epoch": 0}
+        )
+        assert answer.status_code == 503
+        assert int(answer.headers["Retry-After"]) >= 1
+        assert pool.checkedout() == len(held)  # it never asked for one
+    finally:
+        for conn in held:
+            conn.close()
+    answer = api.call(
+        api.tokens["agent"], "POST", "/v1/agent/heartbeat", {"node": "n1", "epoch": 0}
+    )
+    assert answer.status_code == 200

@@ -1,8 +1,9 @@
 """Load shedding for the agents' calls (see :mod:`gpupool.control.machinery.admission`).
 
 :class:`AgentShedding` is an ASGI middleware in front of ``POST /v1/agent/register`` and
-``POST /v1/agent/heartbeat``: a call over its kind's limit of calls in flight is answered at
-once with ``503``, a ``Retry-After`` in whole seconds (random, spread over the server's
+``POST /v1/agent/heartbeat``: a call over its kind's limit of calls in flight, or one that would
+have to wait for a store connection (:func:`store_pool_has_room`), is answered at once with
+``503``, a ``Retry-After`` in whole seconds (random, spread over the server's
 backlog; a heartbeat's at most the heartbeat interval) and a problem body that says so, before
 the request's body is parsed, its token looked up in the store or a worker thread taken. A
 shed heartbeat whose token is known (in the principal cache) and which names its node
@@ -41,8 +42,22 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 KINDS = {"/v1/agent/register": "register", "/v1/agent/heartbeat": "heartbeat"}
 #: The header an agent names its node in on a heartbeat (so a shed one counts as heard).
 NODE_HEADER = b"x-gpupool-node"
-#: How often :func:`watch_lag` wakes (seconds).
+#: How often :func:`watch` wakes (seconds).
 WATCH_EVERY_S = 1.0
+#: Store connections kept for everything but agents' calls: an agent's call is shed rather
+#: than wait for a connection when fewer than this are free.
+POOL_RESERVE = 2
+
+
+def store_pool_has_room(cp: ControlPlane) -> bool:
+    """Whether the store's connection pool could lend a connection without a wait (more than
+    ``POOL_RESERVE`` free, overflow included). Pools that do not count say yes."""
+    pool = cp.engine.pool
+    size, out = getattr(pool, "size", None), getattr(pool, "checkedout", None)
+    if not callable(size) or not callable(out):
+        return True
+    overflow = max(0, int(getattr(pool, "_max_overflow", 0)))
+    return int(out()) + POOL_RESERVE < int(size()) + overflow
 
 
 class AgentShedding:
@@ -58,7 +73,9 @@ class AgentShedding:
             await self.app(scope, receive, send)
             return
         admission = self.cp.admission
-        if admission.try_enter(kind):
+        if not store_pool_has_room(self.cp):
+            admission.shed(kind)  # would wait for a store connection: shed instead
+        elif admission.try_enter(kind):
             t0 = time.monotonic()
             try:
                 await self.app(scope, receive, send)

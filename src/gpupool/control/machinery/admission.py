@@ -9,7 +9,8 @@ Words:
 
 - **kind**: a class of agent call with its own limit of requests **in flight** (admitted and
   not yet answered): ``register`` (costly: the node's whole inventory) and ``heartbeat``.
-- **shed**: a call over its kind's limit is answered ``503`` at once, before any store work,
+- **shed**: a call over its kind's limit, or one that would wait for a store connection (the
+  pool nearly lent out), is answered ``503`` at once, before any store work,
   with a ``Retry-After`` (:meth:`Admission.retry_after`): a random whole number of seconds
   from 1 to about how long the server needs to serve the calls it shed recently, so the
   retries of a thousand agents spread out instead of coming back together.
@@ -105,9 +106,14 @@ class Admission:
             if self._in_flight[kind] < self.limits[kind]:
                 self._in_flight[kind] += 1
                 return True
+        self.shed(kind)
+        return False
+
+    def shed(self, kind: str) -> None:
+        """Count one call of ``kind`` shed (over its bound, or no store connection free)."""
+        with self._lock:
             self._shed[kind].add(self._clock(), 1.0)
             self.shed_total[kind] += 1
-            return False
 
     def leave(self, kind: str, seconds: float) -> None:
         """An admitted call of ``kind`` was answered after ``seconds`` in the server."""
