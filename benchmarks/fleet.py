@@ -12,6 +12,8 @@ end, and forgets a replica when the server acknowledges it. It follows the proto
 (:mod:`gpupool.schemas.agent`): answers from an older epoch are ignored, a known assignment id
 is a no-op, ``registered: false`` means register again.
 
+Heartbeats go through the agent transport's ``Reports`` as the real agent's do: deltas against
+the last acknowledged report, sampled telemetry, the full state when the server asks.
 Failures are handled as ``gpupool agent`` handles them (``agent/agent.py``,
 ``agent/transport.py``): a 5xx or 429 answer, a refused connection or a request past its 10 s
 timeout is retried after the agent's own :class:`~gpupool.agent.transport.Backoff`, which
@@ -34,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gpupool import __version__
-from gpupool.agent.transport import NODE_HEADER, Backoff, retry_after
+from gpupool.agent.transport import NODE_HEADER, Backoff, Reports, retry_after, wire_body
 from gpupool.schemas.agent import (
     AssignmentSpec,
     DeviceInfo,
@@ -150,6 +152,7 @@ class FakeNode:
         self.registered = False
         self.backoff = Backoff(seed=seed)
         self.backoff.cap_at(self.interval_s)
+        self.reports = Reports()
         self.replicas: dict[str, _Replica] = {}
         self.known: set[str] = set()  # every assignment id ever started here
         self.wake = asyncio.Event()
@@ -259,19 +262,28 @@ class FakeNode:
             r.logs_final = True
 
     async def heartbeat(self) -> None:
+        """One heartbeat as the agent's transport sends it: a delta against the last
+        acknowledged report when it can (``Reports``), the full state when the server asks."""
         await self.ship_final_logs()
-        body = self.heartbeat_request().model_dump(mode="json")
+        full = self.heartbeat_request()
+        answer = await self._beat(self.reports.outgoing(full))
+        if answer.want_full:
+            answer = await self._beat(self.reports.outgoing(full, full=True))
+        self.reports.answered(answer)
+        self.handle(answer)
+
+    async def _beat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         t0 = time.monotonic()
         payload = await self._call(
             self._beat_conn,
             "heartbeat",
             "POST",
             "/v1/agent/heartbeat",
-            body,
+            wire_body(request),
             headers={NODE_HEADER: self.name},
         )
         self.stats.beat_latency.append(time.monotonic() - t0)
-        self.handle(HeartbeatResponse.model_validate_json(payload))
+        return HeartbeatResponse.model_validate_json(payload)
 
     def handle(self, answer: HeartbeatResponse) -> None:
         if answer.epoch < self.epoch:

@@ -11,11 +11,10 @@ from sqlalchemy import select, update
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.clock import ManualClock
-from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.control.services.liveness import Liveness
 from gpupool.schemas.agent import DeviceTelemetry
 from gpupool.store.models import DeviceModel, EventModel, NodeModel
-from tests.control.builders import heartbeat, register, running, submit
+from tests.control.builders import heartbeat, leading_cycle, register, running, submit
 
 
 def _samples(temp: float = 50.0, util: float = 0.5) -> list[DeviceTelemetry]:
@@ -63,12 +62,7 @@ def test_a_start_for_the_node_ends_the_quiet_at_once(cp: ControlPlane) -> None:
     register(cp, "n1")
     heartbeat(cp, "n1")
     submit(cp)
-    loop = SchedulingLoop(cp)
-    assert loop.leadership.try_acquire()
-    try:
-        loop.cycle()
-    finally:
-        loop.leadership.release()
+    leading_cycle(cp)
     answer = heartbeat(cp, "n1")  # the order sequence moved: the full way, with the start
     assert len(answer.start) == 1
     aid = answer.start[0].assignment_id

@@ -24,6 +24,7 @@ from gpupool.control.errors import Unavailable
 from gpupool.control.machinery.admission import Admission
 from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard, bump_versions
+from gpupool.control.machinery.reportbook import ReportBook
 from gpupool.control.machinery.settled import SettledNodes
 from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
@@ -71,6 +72,7 @@ class ControlPlane:
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
         self.admission = Admission()  # agents' calls in flight, shed, heard; the server's lag
         self.settled = SettledNodes()  # quiet heartbeats answered from memory
+        self.reports = ReportBook()  # agents' acknowledged reports, to expand their deltas
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
         # In-memory copies for the hot path; services that change what they hold clear them.

@@ -11,6 +11,7 @@ from gpupool.api.deps import Act, Svc, Who, calling_actor
 from gpupool.control.services.auth import require
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
+    DELTA_ANSWER_FIELDS,
     HeartbeatRequest,
     HeartbeatResponse,
     LogAck,
@@ -34,11 +35,12 @@ async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
     ``control/machinery/settled.py``) is answered on the event loop with the kept answer's
     bytes; any other is applied in a worker thread."""
     svc, act = await calling_actor(request)
-    quiet = svc.heartbeat.quietly(act, body)
-    if quiet is not None:
-        return Response(quiet.body, media_type="application/json")
-    answer = await run_in_threadpool(svc.heartbeat.heartbeat, act, body)
-    return Response(answer.model_dump_json(), media_type="application/json")
+    answer = svc.heartbeat.quietly(act, body)
+    if answer is None:
+        answer = await run_in_threadpool(svc.heartbeat.heartbeat, act, body)
+    # an agent that sends no seq rejects answer fields it does not know: none are sent to it
+    unknown = set(DELTA_ANSWER_FIELDS) if body.seq is None else None
+    return Response(answer.model_dump_json(exclude=unknown), media_type="application/json")
 
 
 @router.post("/logs", response_model=LogAck)

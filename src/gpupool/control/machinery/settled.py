@@ -60,7 +60,6 @@ class Settled:
     epoch: int
     answer: HeartbeatResponse
     at: float  # monotonic
-    body: bytes  # the answer as JSON, as the API sends it
 
 
 class SettledNodes:
@@ -97,7 +96,6 @@ class SettledNodes:
             answer.epoch,
             answer,
             self._clock(),
-            answer.model_dump_json().encode(),
         )
         with self._lock:
             self._nodes[req.node] = entry

@@ -26,7 +26,6 @@ from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.jobstate import move
 from gpupool.control.machinery.lifecycle import Ending, end_assignments, move_assignment
 from gpupool.control.machinery.nodeorders import kill_at_once, node_orders, wire_reason
-from gpupool.control.machinery.settled import Settled
 from gpupool.control.services.accounting import accrue
 from gpupool.control.services.auth import Actor, require
 from gpupool.control.services.nodes import current_epoch
@@ -285,27 +284,49 @@ class HeartbeatService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
 
-    def quietly(self, actor: Actor, req: HeartbeatRequest) -> Settled | None:
-        """The kept answer when ``req`` is quiet (no transaction, no thread needed: the API
-        calls this on its event loop), else ``None``: then call :meth:`heartbeat`."""
+    def quietly(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse | None:
+        """The answer when ``req`` is quiet or a delta whose base is not held here (no
+        transaction, no thread needed: the API calls this on its event loop), else ``None``:
+        then call :meth:`heartbeat`."""
         require(actor.principal, Permission.AGENT)
-        return self._quiet(req, self.cp.orders.seq(req.node))
+        full = self.cp.reports.expand(req)
+        if full is None:
+            return self._want_full(req)
+        return self._quiet(full, self.cp.orders.seq(req.node))
 
-    def _quiet(self, req: HeartbeatRequest, order_seq: int) -> Settled | None:
+    def _want_full(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        settings = self.cp.settings
+        return HeartbeatResponse(
+            epoch=0,  # nothing in this answer is acted on
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            node_timeout_s=settings.node_timeout_s,
+            ack_seq=req.seq,
+            want_full=True,
+        )
+
+    def _quiet(self, req: HeartbeatRequest, order_seq: int) -> HeartbeatResponse | None:
         quiet = self.cp.settled.answer(req, order_seq, self.cp.settings.temperature_alert_c)
-        if quiet is not None:
-            self.cp.admission.heard(req.node, self.cp.now())  # written with the others
-        return quiet
+        if quiet is None:
+            return None
+        self.cp.admission.heard(req.node, self.cp.now())  # written with the others
+        self.cp.reports.applied(req, quiet.answer)
+        if req.seq is None:
+            return quiet.answer
+        return quiet.answer.model_copy(update={"ack_seq": req.seq})
 
     def heartbeat(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse:
         """Answer a quiet heartbeat from memory (:mod:`~.machinery.settled`), else apply it in
         one transaction, step by step, and answer it."""
         require(actor.principal, Permission.AGENT)
         settings = self.cp.settings
+        full = self.cp.reports.expand(req)  # a delta as the full state (reportbook.py)
+        if full is None:
+            return self._want_full(req)
+        req = full
         order_seq = self.cp.orders.seq(req.node)  # before the transaction: see settled.py
         quiet = self._quiet(req, order_seq)
         if quiet is not None:
-            return quiet.answer
+            return quiet
         version = 0
         with self.cp.tx() as s:
             beat = _Beat(s, req, self.cp.now(), current_epoch(s))
@@ -332,4 +353,7 @@ class HeartbeatService:
             self.cp.settled.settle(req, order_seq, version, answer)
         else:
             self.cp.settled.forget(req.node)
-        return answer
+        self.cp.reports.applied(req, answer)
+        if req.seq is None:
+            return answer
+        return answer.model_copy(update={"ack_seq": req.seq})

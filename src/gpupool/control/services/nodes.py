@@ -207,6 +207,7 @@ class NodeService:
             audit.record(s, actor, "node.register", now, target=req.node)
             epoch = current_epoch(s)
         self.cp.settled.forget(req.node)  # its next heartbeat is applied in full
+        self.cp.reports.forget(req.node)
         envelopes(self.cp).invalidate()  # submits judge by the new inventory at once
         self.cp.poke()
         return RegisterResponse(
