@@ -1,13 +1,14 @@
 """CPU an idle pool burns: ``gpupool up`` with nothing to do, measured from ``/proc``.
 
     python benchmarks/bench_idle_up.py                   # settle 20 s, measure 60 s
-    python benchmarks/bench_idle_up.py --jobs 2          # with 2 long jobs running
+    python benchmarks/bench_idle_up.py --jobs 40 --simulate 20xA100-80GB   # 40 jobs running
 
 Starts ``gpupool up --simulate 2xA100-80GB`` (server, SQLite store, scheduling loop and a
 local agent, one process) in a temporary home on a free port, optionally submits ``--jobs``
 jobs that sleep for an hour, waits ``--settle`` seconds, then reads the process's user +
 system CPU (with its children: job supervisors) over ``--measure`` seconds and prints it as
-CPU-s per minute, with the load average. The issue's target: under 0.1 CPU-s a minute.
+CPU-s per minute, the daemon's resident memory (the ``gpupool up`` process alone, not its jobs)
+and the load average. The issue's target: under 0.1 CPU-s a minute.
 """
 
 from __future__ import annotations
@@ -48,11 +49,26 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` alone (the daemon, not its jobs), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _count(response: httpx.Response) -> int:
+    body = response.json() if response.status_code == 200 else []
+    items = body.get("jobs", []) if isinstance(body, dict) else body
+    return len(items)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--measure", type=float, default=60.0)
     parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--simulate", default="2xA100-80GB", help="the GPUs (jobs take half one)")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,7 +78,7 @@ def main() -> None:
         log = open(Path(tmp) / "up.log", "ab")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpupool.cli", "up", "--home", str(home), "--port", str(port),
-             "--simulate", "2xA100-80GB"],
+             "--simulate", args.simulate],
             stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
@@ -89,6 +105,8 @@ def main() -> None:
             cpu0, t0 = tree_cpu(proc.pid), time.monotonic()
             time.sleep(args.measure)
             cpu1, t1 = tree_cpu(proc.pid), time.monotonic()
+            rss = rss_mib(proc.pid)
+            running = httpx.get(f"{url}/v1/jobs?state=RUNNING", headers=headers, timeout=30)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -98,6 +116,7 @@ def main() -> None:
             log.close()
     per_minute = 60 * (cpu1 - cpu0) / (t1 - t0)
     print(f"idle gpupool up, {args.jobs} job(s): {per_minute:.3f} CPU-s per minute")
+    print(f"daemon (the gpupool up process) RSS: {rss:.0f} MiB; {_count(running)} job(s) running")
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
