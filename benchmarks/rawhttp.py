@@ -22,6 +22,8 @@ class Connection:
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        #: The last response's headers, lowercase names (e.g. ``retry-after``).
+        self.headers: dict[str, str] = {}
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None:
@@ -53,12 +55,14 @@ class Connection:
             status_line = await reader.readuntil(b"\r\n")
             status = int(status_line.split(b" ", 2)[1])
             length, close = 0, False
+            self.headers = {}
             while True:
                 line = await reader.readuntil(b"\r\n")
                 if line == b"\r\n":
                     break
                 name, _, value = line.partition(b":")
                 lname = name.strip().lower()
+                self.headers[lname.decode("latin-1")] = value.strip().decode("latin-1")
                 if lname == b"content-length":
                     length = int(value)
                 elif lname == b"connection" and value.strip().lower() == b"close":

@@ -79,3 +79,15 @@ def exited(
     return ReplicaStatus(
         assignment_id=aid, state=ReplicaState.EXITED, exit_code=code, signal=signal, stop_reason=why
     )
+
+
+def leading_cycle(cp: ControlPlane) -> None:
+    """One scheduling cycle as the leader (the lease taken and given back)."""
+    from gpupool.control.machinery.loop import SchedulingLoop
+
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    try:
+        loop.cycle()
+    finally:
+        loop.leadership.release()

@@ -87,6 +87,8 @@ from gpupool.shim.build import SHIM_DIR_ENV
 log = logging.getLogger("gpupool.agent")
 #: Seconds one long poll for new orders waits on the server.
 LONG_POLL_S = 25.0
+#: The longest an agent with no replica sleeps between two looks at its loop (seconds).
+IDLE_TICK_S = 1.0
 
 
 @runtime_checkable
@@ -437,7 +439,7 @@ class Agent(Launcher):
                 except ServerUnavailable as exc:
                     if not isinstance(exc, ServerSilent):
                         self.contact()  # an answer, even an error: not cut off
-                    delay = self.backoff.next_delay()
+                    delay = self.backoff.next_delay(exc.retry_after_s)
                     if self.last_error is None:
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)
@@ -454,7 +456,16 @@ class Agent(Launcher):
             if self.mps is not None and now >= next_mps_check:
                 self.mps.ensure()
                 next_mps_check = now + 60.0
-            stop.wait(max(0.0, min(self.config.local_tick_s, next_beat - mono())))
+            self._sleep(stop, max(0.0, next_beat - mono()))
+
+    def _sleep(self, stop: threading.Event, until_beat_s: float) -> None:
+        """Wait for the next round: ``local_tick_s`` while replicas need watching; with none,
+        until the next heartbeat or the long poll's wake-up (``IDLE_TICK_S`` at most, so a
+        stop is seen), so an idle node does not poll."""
+        if self.replicas or self._beat_now.is_set():
+            stop.wait(min(self.config.local_tick_s, until_beat_s))
+        else:
+            self._beat_now.wait(min(IDLE_TICK_S, until_beat_s))
 
     def contact(self) -> None:
         """The server answered (anything): the fence's silence starts again, for this agent
@@ -467,7 +478,8 @@ class Agent(Launcher):
                 log.warning("cannot record the server's contact: %s", exc)
 
     def _watch_fence(self, stop: threading.Event) -> None:
-        while not stop.wait(self.config.local_tick_s):
+        # The fence stops running replicas: with none, a slower watch loses nothing.
+        while not stop.wait(self.config.local_tick_s if self.replicas else IDLE_TICK_S):
             self.check_fence()
 
     def check_fence(self) -> bool:

@@ -3,13 +3,17 @@
 The agent speaks the protocol of :mod:`gpupool.schemas.agent` over ``POST /v1/agent/register``
 and ``POST /v1/agent/heartbeat`` with a bearer token of role ``agent``. Network errors and
 5xx answers raise :class:`ServerUnavailable` (the agent keeps its jobs running and retries with
-:class:`Backoff`); 401/403 raise :class:`AgentRejected`, which needs a person (a wrong or
-revoked token), so the agent says so instead of retrying silently forever.
+:class:`Backoff`, no sooner than a busy server's ``Retry-After``); 401/403 raise
+:class:`AgentRejected`, which needs a person (a wrong or revoked token), so the agent says so
+instead of retrying silently forever.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -19,6 +23,8 @@ from pydantic import BaseModel, ValidationError
 from gpupool import __version__
 from gpupool.domain.errors import GpupoolError
 from gpupool.schemas.agent import (
+    DELTA_REQUEST_FIELDS,
+    DeviceTelemetry,
     HeartbeatRequest,
     HeartbeatResponse,
     LogAck,
@@ -30,6 +36,10 @@ from gpupool.schemas.agent import (
 from gpupool.schemas.base import read_answer
 
 M = TypeVar("M", bound=BaseModel)
+#: The header naming the node on a heartbeat (see ``api/shedding.py``).
+NODE_HEADER = "X-Gpupool-Node"
+#: The longest wait a server's ``Retry-After`` may impose on the agent (seconds).
+RETRY_AFTER_CAP_S = 60.0
 
 
 def _refusal(path: str, response: httpx.Response) -> str:
@@ -45,7 +55,23 @@ def _refusal(path: str, response: httpx.Response) -> str:
 
 
 class ServerUnavailable(GpupoolError):
-    """The server did not answer usefully; try again later."""
+    """The server did not answer usefully; try again later (``retry_after_s``: no sooner than
+    this, when a busy server said so with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (a number; an HTTP date or junk: ``None``)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if 0.0 <= seconds < 86400.0 else None
 
 
 class ServerSilent(ServerUnavailable):
@@ -76,6 +102,96 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+class Reports:
+    """What the agent's heartbeats send: deltas against the last acknowledged report.
+
+    The agent builds its full state each round (rule 1 of :mod:`gpupool.schemas.agent`);
+    :meth:`outgoing` numbers it (``seq``) and, once a report was acknowledged (``ack_seq`` in
+    its answer, :meth:`answered`), sends only the replicas whose report changed since, with
+    ``base`` naming that report. A full state goes first, after any failure to be acknowledged
+    in order, every ``FULL_EVERY`` heartbeats, and at once when the server asks
+    (``want_full``: it restarted, or another replica served the agent). Telemetry is sampled:
+    sent every ``telemetry_every_s`` seconds, and at once when a device's health, XID or
+    temperature (by ``TEMPERATURE_STEP_C``) changed since it was last sent, so alerts are not
+    delayed. ``enabled`` False (an older server refused the fields) sends plain full states.
+    """
+
+    FULL_EVERY = 12
+    TEMPERATURE_STEP_C = 5.0
+
+    def __init__(
+        self, telemetry_every_s: float = 15.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.enabled = True
+        self.telemetry_every_s = telemetry_every_s
+        self._clock = clock
+        self.seq = 0
+        self._acked: tuple[int, dict[str, str]] | None = None  # seq, assignment -> report
+        self._pending: tuple[int, dict[str, str]] | None = None
+        self._since_full = 0
+        self._telemetry_at = -math.inf
+        self._telemetry_sent: dict[str, tuple[bool, int | None, float | None]] = {}
+
+    def outgoing(self, req: HeartbeatRequest, *, full: bool = False) -> HeartbeatRequest:
+        """The heartbeat to send for the full state ``req``."""
+        if not self.enabled:
+            return req
+        self.seq += 1
+        state = {r.assignment_id: r.model_dump_json() for r in req.replicas}
+        self._pending = (self.seq, state)
+        update: dict[str, object] = {"seq": self.seq, "telemetry": self._sampled(req.telemetry)}
+        if full or self._acked is None or self._since_full >= self.FULL_EVERY:
+            self._since_full = 0
+            return req.model_copy(update=update)
+        base, acked = self._acked
+        self._since_full += 1
+        update["base"] = base
+        update["replicas"] = [
+            r for r in req.replicas if acked.get(r.assignment_id) != state[r.assignment_id]
+        ]
+        return req.model_copy(update=update)
+
+    def answered(self, answer: HeartbeatResponse) -> None:
+        """The server answered the last :meth:`outgoing` (``want_full``: not acknowledged)."""
+        pending, self._pending = self._pending, None
+        if (
+            pending is None
+            or answer.want_full
+            or not answer.registered
+            or answer.ack_seq != pending[0]
+        ):
+            self._acked = None
+            return
+        self._acked = pending
+
+    def _sampled(self, samples: list[DeviceTelemetry]) -> list[DeviceTelemetry]:
+        now = self._clock()
+        seen = {t.uuid: (t.healthy, t.xid, t.temperature_c) for t in samples}
+        changed = any(self._moved(seen[u], self._telemetry_sent.get(u)) for u in seen)
+        if not changed and now - self._telemetry_at < self.telemetry_every_s:
+            return []
+        self._telemetry_at, self._telemetry_sent = now, seen
+        return samples
+
+    def _moved(
+        self,
+        now: tuple[bool, int | None, float | None],
+        sent: tuple[bool, int | None, float | None] | None,
+    ) -> bool:
+        if sent is None or now[:2] != sent[:2]:
+            return True
+        if now[2] is None or sent[2] is None:
+            return now[2] != sent[2]
+        return abs(now[2] - sent[2]) >= self.TEMPERATURE_STEP_C
+
+
+def wire_body(req: HeartbeatRequest) -> dict[str, object]:
+    """A heartbeat's JSON body; the delta fields only when set (an older server refuses them)."""
+    unset = {name for name in DELTA_REQUEST_FIELDS if getattr(req, name) is None}
+    data: dict[str, object] = req.model_dump(mode="json", exclude=unset)
+    return data
+
+
 class HttpTransport:
     """The real transport: one keep-alive ``httpx`` connection to the server."""
 
@@ -96,6 +212,7 @@ class HttpTransport:
             },
             timeout=timeout_s,
         )
+        self.reports = Reports()  # heartbeats as deltas (see Reports)
         # the long poll gets its own connection, so it never delays a heartbeat
         self._poll = httpx.Client(
             transport=transport,
@@ -104,9 +221,16 @@ class HttpTransport:
             timeout=timeout_s,
         )
 
-    def _post(self, path: str, body: BaseModel, answer: type[M]) -> M:
+    def _post(
+        self,
+        path: str,
+        body: BaseModel | dict[str, object],
+        answer: type[M],
+        headers: dict[str, str] | None = None,
+    ) -> M:
+        data = body if isinstance(body, dict) else body.model_dump(mode="json")
         try:
-            response = self._client.post(path, json=body.model_dump(mode="json"))
+            response = self._client.post(path, json=data, headers=headers)
         except httpx.HTTPError as exc:
             raise unavailable(
                 f"cannot reach the server at {self._client.base_url}: {exc}", exc
@@ -117,7 +241,10 @@ class HttpTransport:
                 "with role 'agent' and pass it with --token-file"
             )
         if response.status_code >= 500 or response.status_code == 429:
-            raise ServerUnavailable(f"the server answered {response.status_code} on {path}")
+            raise ServerUnavailable(
+                f"the server answered {response.status_code} on {path}",
+                retry_after(response.headers.get("retry-after")),
+            )
         if response.status_code >= 400:
             raise AgentRejected(_refusal(path, response))
         try:
@@ -129,7 +256,25 @@ class HttpTransport:
         return self._post("/v1/agent/register", request, RegisterResponse)
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        return self._post("/v1/agent/heartbeat", request, HeartbeatResponse)
+        """Send the full state ``request`` as :class:`Reports` decides (a delta when it can),
+        and the full state at once when the server asks for it."""
+        try:
+            answer = self._beat(self.reports.outgoing(request))
+            if answer.want_full:
+                answer = self._beat(self.reports.outgoing(request, full=True))
+        except AgentRejected as exc:
+            if not self.reports.enabled or "(422)" not in str(exc):
+                raise
+            self.reports.enabled = False  # an older server refuses the delta fields
+            answer = self._beat(request)  # plain full states from now on
+        self.reports.answered(answer)
+        return answer
+
+    def _beat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        # The node's name in a header too: a busy server that sheds the heartbeat unread still
+        # knows the node is alive (api/shedding.py).
+        headers = {NODE_HEADER: request.node}
+        return self._post("/v1/agent/heartbeat", wire_body(request), HeartbeatResponse, headers)
 
     def ship_logs(self, chunk: LogChunkRequest) -> LogAck:
         return self._post("/v1/agent/logs", chunk, LogAck)
@@ -214,10 +359,17 @@ class Backoff:
         """Never wait longer than ``seconds`` between tries (the heartbeat interval)."""
         self.cap_s = max(seconds, 0.05)
 
-    def next_delay(self) -> float:
+    def next_delay(self, at_least_s: float | None = None) -> float:
+        """The wait before the next try. ``at_least_s`` is a busy server's ``Retry-After``:
+        the wait is then no shorter than it (up to ``RETRY_AFTER_CAP_S``), times [1, 1.25]
+        of jitter of our own, so agents told the same number do not return together."""
         delay = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
         self.failures += 1
-        return delay * self._rng.uniform(0.5, 1.0)
+        delay *= self._rng.uniform(0.5, 1.0)
+        if at_least_s is not None and at_least_s > 0:
+            told = min(at_least_s, RETRY_AFTER_CAP_S) * self._rng.uniform(1.0, 1.25)
+            delay = max(delay, told)
+        return delay
 
     def reset(self) -> None:
         self.failures = 0

@@ -18,6 +18,7 @@ The API knows no other edge package: routers served beside ``/v1`` (the dashboar
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import logging
@@ -47,6 +48,7 @@ from gpupool.api.routers import (
     usage,
     users,
 )
+from gpupool.api.shedding import AgentShedding, watch
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
@@ -94,6 +96,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if loop is not None:
             loop.start()
+        watcher = asyncio.create_task(watch(cp))  # lag, batched liveness (api/shedding.py)
         # Everything built so far (modules, the app, the ORM's mappers) lives as long as the
         # process: move it out of the collector's sight, so that a full collection scans only
         # what requests made. Without this, full collections took 100-250 ms under load and
@@ -103,6 +106,7 @@ def create_app(
         try:
             yield
         finally:
+            watcher.cancel()
             if loop is not None:
                 loop.stop()
             app.state.services.jobs.close()  # submits queued for group commit are written
@@ -123,6 +127,7 @@ def create_app(
     app.state.trusted_proxies = parse_networks(cp.settings.trusted_proxies)
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(AgentShedding, cp=cp)  # outermost: sheds before anything else runs
     openapi.install(app, metrics_token=cp.settings.metrics_token)
     for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results):
         app.include_router(module.router)

@@ -13,6 +13,7 @@ Wait for ``GET /readyz`` to answer 200 before sending work.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -137,6 +138,13 @@ def serve(
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
                 board.release_all()  # long polls answer now instead of at their timeout
                 super().handle_exit(sig, frame)
+
+            async def main_loop(self) -> None:
+                """uvicorn's, waking once a second instead of ten times (an idle pool must
+                not poll): the Date header is refreshed at each wake-up, and a stop is seen
+                within a second."""
+                while not await self.on_tick(0):  # tick 0: refresh the Date header too
+                    await asyncio.sleep(1.0)
 
         _Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
         return

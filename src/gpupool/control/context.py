@@ -21,8 +21,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from gpupool.control.errors import Unavailable
+from gpupool.control.machinery.admission import Admission
 from gpupool.control.machinery.clock import Clock, SystemClock
-from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard
+from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard, bump_versions
+from gpupool.control.machinery.reportbook import ReportBook
+from gpupool.control.machinery.settled import SettledNodes
 from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
@@ -67,6 +70,9 @@ class ControlPlane:
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
+        self.admission = Admission()  # agents' calls in flight, shed, heard; the server's lag
+        self.settled = SettledNodes()  # quiet heartbeats answered from memory
+        self.reports = ReportBook()  # agents' acknowledged reports, to expand their deltas
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)
         # In-memory copies for the hot path; services that change what they hold clear them.
@@ -106,6 +112,8 @@ class ControlPlane:
             with gate, factory() as session:
                 with session.begin():
                     yield session
+                    if not read_only:
+                        bump_versions(session)  # other processes learn of the new orders
                 # committed: agents waiting for these nodes' orders may fetch them now
                 nodes = session.info.pop(ORDER_NODES, None)
                 if nodes:

@@ -16,9 +16,12 @@ Words:
 
 Rules that make the protocol safe to retry:
 
-1. Heartbeats are *full state*, not deltas: every heartbeat lists every assignment the agent
-   knows about that has not been acknowledged as finished (see ``finished_ack``), with its
-   current state. A lost heartbeat loses nothing; a duplicate changes nothing.
+1. Heartbeats are *full state*: every heartbeat lists every assignment the agent knows about
+   that has not been acknowledged as finished (see ``finished_ack``), with its current state.
+   A lost heartbeat loses nothing; a duplicate changes nothing. Agents that number their
+   heartbeats send deltas against the last acknowledged one instead (see
+   :class:`HeartbeatRequest`); the server expands them to the full state before anything else,
+   and asks for the full state whenever it cannot, so the rule holds for what it applies.
 2. The server answers every heartbeat with the assignments the node should be running but has
    not reported yet (``start``) and the stop orders still in force (``stop``). It resends both
    until the agent's reports show them done, so the agent must treat an ``assignment_id`` it
@@ -198,12 +201,30 @@ class ReplicaStatus(WireModel):
 
 
 class HeartbeatRequest(WireModel):
-    """Sent every ``heartbeat_interval_s``: telemetry and the full list of replica states."""
+    """Sent every ``heartbeat_interval_s``: telemetry and the replica states.
+
+    **Deltas** (agents since issue 26; see ``agent/transport.py``: ``Reports``): a heartbeat
+    with ``seq`` and a ``base`` lists in ``replicas`` only the replicas whose report changed
+    since the heartbeat numbered ``base``, which the server acknowledged (``ack_seq``); one
+    without ``base`` is a full state. ``telemetry`` may be left out (sampled: sent when due or
+    when a device's health changed). A server that does not hold the agent's state at ``base``
+    (it restarted, another replica served the agent) answers ``want_full`` and nothing else;
+    the agent then sends its full state at once. Without ``seq`` (older agents) every
+    heartbeat is a full state, as rule 1 says."""
 
     node: str
     epoch: int = Field(description="the highest server epoch this agent has seen (0 = none)")
     telemetry: list[DeviceTelemetry] = Field(default_factory=list)
     replicas: list[ReplicaStatus] = Field(default_factory=list)
+    seq: int | None = Field(
+        default=None, ge=0, le=2**62, description="this report's number (deltas; see above)"
+    )
+    base: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**62,
+        description="the acknowledged report this one is a delta against; None: full state",
+    )
     agent_id: str | None = Field(
         default=None,
         min_length=16,
@@ -318,6 +339,22 @@ class HeartbeatResponse(WireModel):
     registered: bool = Field(
         default=True, description="False when the server does not know the node: register again"
     )
+    ack_seq: int | None = Field(
+        default=None,
+        description="the ``seq`` of the heartbeat answered (sent to agents that send one)",
+    )
+    want_full: bool = Field(
+        default=False,
+        description="the server does not hold the state this delta is against: send the full "
+        "state now (nothing else in this answer is to be acted on)",
+    )
+
+
+#: Answer fields an agent that sends no ``seq`` does not know (it rejects unknown fields): not
+#: sent to it.
+DELTA_ANSWER_FIELDS = frozenset({"ack_seq", "want_full"})
+#: Request fields an older server does not know: sent only when set.
+DELTA_REQUEST_FIELDS = frozenset({"seq", "base"})
 
 
 #: The most raw bytes one ``/v1/agent/logs`` chunk may carry (before base64).

@@ -129,6 +129,10 @@ class NodeModel(Base):
     last_heartbeat: Mapped[float] = mapped_column(Float)
     # The id of the agent that speaks for the node (None: an agent that sends none).
     agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Bumped by every transaction that gives the node new orders (a start, a stop, a resize)
+    # or marks it down: servers that answer its quiet heartbeats from memory see that their
+    # copy is stale (control/machinery/settled.py).
+    orders_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class DeviceModel(Base):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import Act, Svc, Who
+from gpupool.api.deps import Act, Svc, Who, calling_actor
 from gpupool.control.services.auth import require
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import (
+    DELTA_ANSWER_FIELDS,
     HeartbeatRequest,
     HeartbeatResponse,
     LogAck,
@@ -28,8 +30,17 @@ def register(body: RegisterRequest, svc: Svc, act: Act) -> RegisterResponse:
 
 
 @router.post("/heartbeat", response_model=HeartbeatResponse)
-def heartbeat(body: HeartbeatRequest, svc: Svc, act: Act) -> HeartbeatResponse:
-    return svc.heartbeat.heartbeat(act, body)
+async def heartbeat(body: HeartbeatRequest, request: Request) -> Response:
+    """The hottest route: a quiet heartbeat (nothing new, see
+    ``control/machinery/settled.py``) is answered on the event loop with the kept answer's
+    bytes; any other is applied in a worker thread."""
+    svc, act = await calling_actor(request)
+    answer = svc.heartbeat.quietly(act, body)
+    if answer is None:
+        answer = await run_in_threadpool(svc.heartbeat.heartbeat, act, body)
+    # an agent that sends no seq rejects answer fields it does not know: none are sent to it
+    unknown = set(DELTA_ANSWER_FIELDS) if body.seq is None else None
+    return Response(answer.model_dump_json(exclude=unknown), media_type="application/json")
 
 
 @router.post("/logs", response_model=LogAck)

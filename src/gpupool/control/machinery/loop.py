@@ -18,7 +18,9 @@ One cycle:
    (the agent protocol is pull-based, so no network call is made from the loop).
 
 The loop runs in a thread of the server. It wakes on events (:meth:`ControlPlane.poke`: a
-submit, a finish, a node change) and on a periodic tick; only the leader runs cycles.
+submit, a finish, a node change) and on a periodic tick while jobs are pending; an idle
+leader sleeps until a node could time out (:meth:`SchedulingLoop.idle_wait_s`). Only the
+leader runs cycles.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from sqlalchemy import select
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import NotLeader, Unavailable
@@ -42,16 +46,22 @@ from gpupool.control.machinery.leader import Leadership, check_epoch
 from gpupool.control.machinery.snapshot import PendingRead, SpecCache, build_snapshot
 from gpupool.control.services.nodes import NodeService
 from gpupool.control.services.uploads import UploadService
+from gpupool.domain.states import JobState
 from gpupool.metrics.definitions import SCHEDULER_CYCLE_SECONDS
 from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.decision import Decision, PriorityFactors
 from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.snapshot import ClusterSnapshot
+from gpupool.store.models import JobModel
 
 log = logging.getLogger("gpupool.control.machinery.loop")
 
 #: How often the leader deletes uploads past their retention (see control/services/uploads.py).
 PRUNE_EVERY_S = 3600.0
+#: The longest the loop sleeps when idle (see :meth:`SchedulingLoop.idle_wait_s`).
+IDLE_WAIT_S = 60.0
+
+PENDING = JobState.PENDING.value
 
 ScheduleFn = Callable[[ClusterSnapshot, SchedulerConfig, SchedulerMemo], Decision]
 
@@ -109,6 +119,10 @@ class SchedulingLoop:
         t0 = self.cp.clock.monotonic()
         now = self.cp.now()
         with self.cp.read() as s:
+            # Nothing queued (the usual case while a fleet registers and heartbeats): one
+            # indexed probe instead of reading every node, device and slice for nothing.
+            if s.scalar(select(JobModel.id).where(JobModel.state == PENDING).limit(1)) is None:
+                return CycleResult(seconds=self.cp.clock.monotonic() - t0)
             snapshot, reads = build_snapshot(s, now, self.specs)
             deps = check_dependencies(s, snapshot.pending)
         if deps:
@@ -181,14 +195,30 @@ class SchedulingLoop:
             self._next_prune = self.cp.now() + PRUNE_EVERY_S
         return self.cycle()
 
+    def idle_wait_s(self, last: CycleResult | None) -> float:
+        """How long the loop may sleep unless poked. It ticks every ``tick_s`` while jobs are
+        pending (their placement may change with time: exemptions running out, estimates) and
+        while it does not lead (to take over a lapsed lease). Leading with nothing pending, it
+        sleeps until the first moment a node could be marked down or uploads be pruned, at
+        most ``IDLE_WAIT_S``: an idle pool does not poll. Every change that needs a cycle
+        (a submit, an end, a node registering or returning) pokes it awake."""
+        tick = self.cp.settings.tick_s
+        if last is None or last.pending or not self.leadership.is_leader:
+            return tick
+        now = self.cp.now()
+        until = min(self.nodes.next_judgement, self._next_prune) - now
+        return max(tick, min(IDLE_WAIT_S, until))
+
     def _run(self) -> None:
+        last: CycleResult | None = None
         while not self._stop.is_set():
-            self.cp.wakeup.wait(self.cp.settings.tick_s)
+            self.cp.wakeup.wait(self.idle_wait_s(last))
             self.cp.wakeup.clear()
+            last = None
             if self._stop.is_set():
                 break
             try:
-                self.run_once()
+                last = self.run_once()
             except NotLeader as exc:
                 log.warning("%s; stepping down", exc)
                 self.watching_since = None

@@ -18,7 +18,10 @@ import asyncio
 import threading
 from collections.abc import Iterable
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
+
+from gpupool.store.models import NodeModel
 
 #: ``Session.info`` key: nodes given a start or stop in this transaction (see :func:`mark`).
 ORDER_NODES = "gpupool.order_nodes"
@@ -27,6 +30,19 @@ ORDER_NODES = "gpupool.order_nodes"
 def mark(session: Session, nodes: Iterable[str]) -> None:
     """Note that this transaction gives ``nodes`` new orders; announced after its commit."""
     session.info.setdefault(ORDER_NODES, set()).update(nodes)
+
+
+def bump_versions(session: Session) -> None:
+    """Before commit: raise the ``orders_version`` of the nodes :func:`mark` noted, so every
+    server process sees that those nodes have something new (see ``machinery/settled.py``)."""
+    nodes = session.info.get(ORDER_NODES)
+    if nodes:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.name.in_(sorted(nodes)))
+            .values(orders_version=NodeModel.orders_version + 1)
+            .execution_options(synchronize_session=False)
+        )
 
 
 class OrderBoard:

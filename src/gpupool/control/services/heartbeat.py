@@ -264,6 +264,22 @@ class _Beat:
             self.now,
         )
 
+    def settles(self, answer: HeartbeatResponse, hot_c: float) -> bool:
+        """Whether the node's next heartbeats, if they report the same, may be answered from
+        memory (see :mod:`~gpupool.control.machinery.settled`): nothing changed, nothing to
+        start, stop or acknowledge, no device near an alert."""
+        return not (
+            self.changed
+            or answer.start
+            or answer.stop
+            or answer.finished_ack
+            or not answer.registered
+            or any(not t.healthy or t.xid is not None for t in self.req.telemetry)
+            or any(
+                t.temperature_c is not None and t.temperature_c >= hot_c for t in self.req.telemetry
+            )
+        )
+
     def answer(self, live: list[AssignmentModel], settings: ServerSettings) -> HeartbeatResponse:
         """Step: what the node should do now (see :mod:`~.machinery.nodeorders`)."""
         reported = {r.assignment_id for r in self.req.replicas}
@@ -283,10 +299,50 @@ class HeartbeatService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
 
+    def quietly(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse | None:
+        """The answer when ``req`` is quiet or a delta whose base is not held here (no
+        transaction, no thread needed: the API calls this on its event loop), else ``None``:
+        then call :meth:`heartbeat`."""
+        require(actor.principal, Permission.AGENT)
+        full = self.cp.reports.expand(req)
+        if full is None:
+            return self._want_full(req)
+        return self._quiet(full, self.cp.orders.seq(req.node))
+
+    def _want_full(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        settings = self.cp.settings
+        return HeartbeatResponse(
+            epoch=0,  # nothing in this answer is acted on
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            node_timeout_s=settings.node_timeout_s,
+            ack_seq=req.seq,
+            want_full=True,
+        )
+
+    def _quiet(self, req: HeartbeatRequest, order_seq: int) -> HeartbeatResponse | None:
+        quiet = self.cp.settled.answer(req, order_seq, self.cp.settings.temperature_alert_c)
+        if quiet is None:
+            return None
+        self.cp.admission.heard(req.node, self.cp.now())  # written with the others
+        self.cp.reports.applied(req, quiet.answer)
+        if req.seq is None:
+            return quiet.answer
+        return quiet.answer.model_copy(update={"ack_seq": req.seq})
+
     def heartbeat(self, actor: Actor, req: HeartbeatRequest) -> HeartbeatResponse:
-        """Apply one heartbeat in one transaction, step by step, and answer it."""
+        """Answer a quiet heartbeat from memory (:mod:`~.machinery.settled`), else apply it in
+        one transaction, step by step, and answer it."""
         require(actor.principal, Permission.AGENT)
         settings = self.cp.settings
+        full = self.cp.reports.expand(req)  # a delta as the full state (reportbook.py)
+        if full is None:
+            return self._want_full(req)
+        req = full
+        order_seq = self.cp.orders.seq(req.node)  # before the transaction: see settled.py
+        quiet = self._quiet(req, order_seq)
+        if quiet is not None:
+            return quiet
+        version = 0
         with self.cp.tx() as s:
             beat = _Beat(s, req, self.cp.now(), current_epoch(s))
             node = s.get(NodeModel, req.node)
@@ -305,6 +361,14 @@ class HeartbeatService:
             live = beat.unstarted_ends(beat.live())
             beat.usage(live)
             answer = beat.answer(live, settings)
+            version = node.orders_version
         if beat.changed:
             self.cp.poke()
-        return answer
+        if beat.settles(answer, settings.temperature_alert_c):
+            self.cp.settled.settle(req, order_seq, version, answer)
+        else:
+            self.cp.settled.forget(req.node)
+        self.cp.reports.applied(req, answer)
+        if req.seq is None:
+            return answer
+        return answer.model_copy(update={"ack_seq": req.seq})

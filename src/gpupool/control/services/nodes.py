@@ -15,16 +15,18 @@ assignment (:meth:`NodeService.delete`); its agent, if it ever returns, register
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool import __version__
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.control.machinery.lifecycle import Ending, end_assignments
+from gpupool.control.machinery.orders import mark
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.services.envelope import envelopes
@@ -47,6 +49,10 @@ from gpupool.store.models import (
 )
 
 log = logging.getLogger("gpupool.control.services.nodes")
+
+#: The most a heard node's time in the store lags what this process heard (seconds; see
+#: :meth:`NodeService.heard_every_s`).
+HEARD_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,9 @@ def current_epoch(session: Session) -> int:
 class NodeService:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
+        #: Store time before which :meth:`mark_silent_nodes_down` can find no node to mark
+        #: down (as of its last call; heartbeats only push it later). ``inf``: no node is up.
+        self.next_judgement = 0.0
 
     def register(self, actor: Actor, req: RegisterRequest) -> RegisterResponse:
         require(actor.principal, Permission.AGENT)
@@ -163,10 +172,20 @@ class NodeService:
                 d.uuid: d
                 for d in s.scalars(select(DeviceModel).where(DeviceModel.node == req.node))
             }
+            # devices another node held before (moved here): one query, not one per device
+            wanted = [info.uuid for info in req.devices if info.uuid not in known]
+            moved = {
+                d.uuid: d
+                for d in (
+                    s.scalars(select(DeviceModel).where(DeviceModel.uuid.in_(wanted)))
+                    if wanted
+                    else ()
+                )
+            }
             seen: set[str] = set()
             for info in req.devices:
                 seen.add(info.uuid)
-                dev = known.get(info.uuid) or s.get(DeviceModel, info.uuid)
+                dev = known.get(info.uuid) or moved.get(info.uuid)
                 if dev is None:
                     dev = DeviceModel(uuid=info.uuid, pool=pool)
                     s.add(dev)
@@ -189,6 +208,8 @@ class NodeService:
                     s.delete(dev)
             audit.record(s, actor, "node.register", now, target=req.node)
             epoch = current_epoch(s)
+        self.cp.settled.forget(req.node)  # its next heartbeat is applied in full
+        self.cp.reports.forget(req.node)
         envelopes(self.cp).invalidate()  # submits judge by the new inventory at once
         self.cp.poke()
         return RegisterResponse(
@@ -278,6 +299,7 @@ class NodeService:
             message = f"node {name} deleted by {actor.principal.user}"
             s.add(EventModel(time=now, kind="node.deleted", subject=name, message=message))
             audit.record(s, actor, "node.delete", now, target=name)
+        self.cp.settled.forget(name)
         envelopes(self.cp).invalidate()
         self.cp.poke()
 
@@ -311,11 +333,19 @@ class NodeService:
         Silence before that moment proves nothing: the agents may have been knocking on a
         stopped server or a server without its store. So a node is judged only on
         ``node_timeout_s`` of silence after it, and nobody is judged while that grace runs.
+
+        Nor is a node judged for the server's own slowness: heartbeats this server shed are
+        written first (:meth:`record_heard`), and the timeout is extended by the server's lag
+        (how late it has been recording heartbeats, :mod:`~.machinery.admission`).
         """
+        self.record_heard()  # shed heartbeats count: written before anyone is judged
         now = self.cp.now()
-        deadline = now - self.cp.settings.node_timeout_s
+        lag = self.cp.admission.lag()
+        timeout = self.cp.settings.node_timeout_s + lag
+        deadline = now - timeout
         downed: list[str] = []
         if watching_since > deadline:
+            self.next_judgement = watching_since + timeout
             return downed
         with self.cp.tx() as s:
             silent = list(
@@ -333,8 +363,12 @@ class NodeService:
                     f"node {node.name} missed heartbeats for {now - node.last_heartbeat:.0f}s: "
                     "marked down, its jobs are failed over"
                 )
+                if lag >= 1.0:
+                    message += f" (the timeout was extended by the server's own lag, {lag:.0f}s)"
                 log.warning(message)
                 s.add(EventModel(time=now, kind="node.down", subject=node.name, message=message))
+                mark(s, [node.name])  # no server answers its heartbeats from memory now
+                self.cp.settled.forget(node.name)
                 live = s.scalars(
                     select(AssignmentModel)
                     .where(
@@ -345,6 +379,47 @@ class NodeService:
                 )
                 lost = Ending(reason=StopReason.NODE, message=f"node {node.name} went down")
                 end_assignments(s, [(a, lost) for a in live], now)
+            oldest = s.scalar(
+                select(func.min(NodeModel.last_heartbeat)).where(
+                    NodeModel.state != NodeState.DOWN.value
+                )
+            )
+        # No node can be judged before its last heartbeat plus the timeout: the scheduling loop
+        # sleeps until then when it has nothing else to do (an idle pool does not poll).
+        self.next_judgement = math.inf if oldest is None else float(oldest) + timeout
         if downed:
             self.cp.poke()
         return downed
+
+    def heard_every_s(self) -> float:
+        """How stale a heard node's time may be in the store (seconds): what another server
+        process, leading, reads of it. This process writes everything before it judges."""
+        return min(HEARD_EVERY_S, self.cp.settings.node_timeout_s / 4)
+
+    def record_heard(self, *, due_only: bool = False) -> int:
+        """Write when this server last heard each node whose heartbeat it did not apply (shed
+        or quiet; one batched update; see :mod:`~gpupool.control.machinery.admission`);
+        returns how many. ``due_only``: only those last written ``heard_every_s`` ago or more.
+        A node marked down is not brought back by it: that takes a heartbeat applied."""
+        every = self.heard_every_s() if due_only else 0.0
+        heard = self.cp.admission.take_heard(every, self.cp.now())
+        if not heard:
+            return 0
+        stamp = (
+            update(NodeModel)
+            .where(
+                NodeModel.name == bindparam("n"),
+                NodeModel.last_heartbeat < bindparam("t"),
+                NodeModel.state != NodeState.DOWN.value,
+            )
+            .values(last_heartbeat=bindparam("t"))
+            .execution_options(synchronize_session=False)
+        )
+        try:
+            with self.cp.tx() as s:
+                s.connection().execute(stamp, [{"n": n, "t": t} for n, t in heard.items()])
+        except Exception:
+            self.cp.admission.give_back_heard(heard)
+            raise
+        self.cp.admission.written(heard)
+        return len(heard)

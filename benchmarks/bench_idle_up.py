@@ -1,0 +1,124 @@
+"""CPU an idle pool burns: ``gpupool up`` with nothing to do, measured from ``/proc``.
+
+    python benchmarks/bench_idle_up.py                   # settle 20 s, measure 60 s
+    python benchmarks/bench_idle_up.py --jobs 40 --simulate 20xA100-80GB   # 40 jobs running
+
+Starts ``gpupool up --simulate 2xA100-80GB`` (server, SQLite store, scheduling loop and a
+local agent, one process) in a temporary home on a free port, optionally submits ``--jobs``
+jobs that sleep for an hour, waits ``--settle`` seconds, then reads the process's user +
+system CPU (with its children: job supervisors) over ``--measure`` seconds and prints it as
+CPU-s per minute, the daemon's resident memory (the ``gpupool up`` process alone, not its jobs)
+and the load average. The issue's target: under 0.1 CPU-s a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants (live ones)."""
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / TICK
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu.get(p, 0.0)
+        todo.extend(c for c, pp in parent.items() if pp == p)
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` alone (the daemon, not its jobs), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _count(response: httpx.Response) -> int:
+    body = response.json() if response.status_code == 200 else []
+    items = body.get("jobs", []) if isinstance(body, dict) else body
+    return len(items)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settle", type=float, default=20.0)
+    parser.add_argument("--measure", type=float, default=60.0)
+    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--simulate", default="2xA100-80GB", help="the GPUs (jobs take half one)")
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
+        home = Path(tmp) / "home"
+        log = open(Path(tmp) / "up.log", "ab")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpupool.cli", "up", "--home", str(home), "--port", str(port),
+             "--simulate", args.simulate],
+            stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"gpupool up did not start: {(Path(tmp) / 'up.log').read_text()}"
+                    )
+                time.sleep(0.2)
+            token = (home / "admin-token").read_text().strip()
+            headers = {"Authorization": f"Bearer {token}"}
+            for i in range(args.jobs):
+                spec = {"name": f"idle-{i}", "command": ["sleep", "3600"],
+                        "resources": {"gpus": "0.5"}}  # fmt: skip
+                httpx.post(f"{url}/v1/jobs", json={"spec": spec}, headers=headers, timeout=30)
+            time.sleep(args.settle)
+            cpu0, t0 = tree_cpu(proc.pid), time.monotonic()
+            time.sleep(args.measure)
+            cpu1, t1 = tree_cpu(proc.pid), time.monotonic()
+            rss = rss_mib(proc.pid)
+            running = httpx.get(f"{url}/v1/jobs?state=RUNNING", headers=headers, timeout=30)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+    per_minute = 60 * (cpu1 - cpu0) / (t1 - t0)
+    print(f"idle gpupool up, {args.jobs} job(s): {per_minute:.3f} CPU-s per minute")
+    print(f"daemon (the gpupool up process) RSS: {rss:.0f} MiB; {_count(running)} job(s) running")
+    print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
+if __name__ == "__main__":
+    main()
