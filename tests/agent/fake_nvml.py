@@ -97,6 +97,7 @@ class FakeGpu:
     procs: list[tuple[int, int | None]] = field(default_factory=list)
     mps_procs: list[tuple[int, int | None]] = field(default_factory=list)
     fail: dict[str, str] = field(default_factory=dict)  # call name (or "*") -> failure
+    minor: int | None = None  # /dev/nvidiaN's N; None: the index, as on most boards
 
 
 @dataclass
@@ -253,6 +254,11 @@ class FakeNvml:
             mig = self._mig(h)
             return f"{self.gpus[mig.parent].name} MIG {mig.profile}"
         return self.gpus[h].name
+
+    def nvmlDeviceGetMinorNumber(self, h: int) -> int:
+        self._check("nvmlDeviceGetMinorNumber", h)
+        minor = self.gpus[h].minor
+        return h if minor is None else minor
 
     def nvmlDeviceGetPciInfo(self, h: int) -> Any:
         self._check("nvmlDeviceGetPciInfo", h)

@@ -193,3 +193,22 @@ def test_measuring_the_context_without_cuda_gives_up_at_once(tmp_path: Path) -> 
 
     backend = NvmlBackend(nvml=one_gpu())
     assert measure_context_mib(backend, backend.inventory()[0], timeout_s=60) is None
+
+
+def test_a_gpus_device_node_is_its_minor_number_not_its_nvml_index() -> None:
+    # NVML orders GPUs by PCI bus; the driver numbers /dev/nvidiaN by its own minor numbers.
+    # A container (or a kubelet plugin's CDI edits) given /dev/nvidia<index> would get another
+    # tenant's GPU wherever the two orders differ.
+    fake = FakeNvml(
+        gpus=[
+            FakeGpu(uuid="GPU-aaaa", bus="00000000:3B:00.0", minor=2),
+            FakeGpu(uuid="GPU-bbbb", bus="00000000:5E:00.0", minor=0),
+            FakeGpu(uuid="GPU-cccc", bus="00000000:86:00.0"),
+        ]
+    )
+    by_uuid = {d.uuid: d for d in NvmlBackend(nvml=fake).inventory()}
+    assert by_uuid["GPU-aaaa"].device_node_minor == 2
+    assert by_uuid["GPU-bbbb"].device_node_minor == 0
+    assert by_uuid["GPU-cccc"].device_node_minor == 2  # reported as its index, 2
+    fake.not_supported = {"nvmlDeviceGetMinorNumber"}
+    assert [d.device_node_minor for d in NvmlBackend(nvml=fake).inventory()] == [0, 1, 2]

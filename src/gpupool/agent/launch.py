@@ -234,7 +234,7 @@ class Launcher(GpuRules):
         )
         if a.container is not None:  # the one seam: the same replica, in its image
             try:
-                minors = [d.index for d in self.devices if d.uuid in a.device_uuids]
+                minors = [d.device_node_minor for d in self.devices if d.uuid in a.device_uuids]
                 spec = self.containers.launch_spec(
                     a, spec, isolation_env=ienv, device_minors=minors,
                     checkpoint_dir=checkpoint_dir, account=account,

@@ -61,7 +61,9 @@ class DeviceInfo:
     shuts it down (``None``: not reported). ``mig_enabled`` is ``None`` when the GPU has no MIG
     support; a MIG-enabled GPU with no instances has ``mig_instances == ()`` and nothing of it is
     placeable. ``nvlink_peers`` lists the UUIDs of GPUs on this node reached over an active
-    NVLink, directly or through an NVSwitch.
+    NVLink, directly or through an NVSwitch. ``minor_number`` is the driver's minor number, the
+    ``N`` of the GPU's device node ``/dev/nvidiaN``; NVML's index orders GPUs by PCI bus and
+    need not equal it (``None``: not reported, as for simulated GPUs: the index stands in).
     """
 
     uuid: str
@@ -77,6 +79,12 @@ class DeviceInfo:
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstance, ...] = ()
     nvlink_peers: tuple[str, ...] = ()
+    minor_number: int | None = None
+
+    @property
+    def device_node_minor(self) -> int:
+        """The ``N`` of ``/dev/nvidiaN`` for this GPU (the index where no minor is known)."""
+        return self.minor_number if self.minor_number is not None else self.index
 
 
 @dataclass(frozen=True)

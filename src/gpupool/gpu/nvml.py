@@ -195,6 +195,7 @@ class NvmlBackend:
         attrs = calls.call(uuid, nv.nvmlDeviceGetAttributes, handle)
         mig_mode = calls.call(uuid, nv.nvmlDeviceGetMigMode, handle)
         mig_enabled = None if mig_mode is None else bool(mig_mode[0])
+        minor = calls.call(uuid, nv.nvmlDeviceGetMinorNumber, handle)
         info = DeviceInfo(
             uuid=uuid,
             index=index,
@@ -208,6 +209,7 @@ class NvmlBackend:
             shutdown_temp_c=float(shutdown) if shutdown is not None else None,
             mig_enabled=mig_enabled,
             mig_instances=self._list_mig(handle, uuid)[0] if mig_enabled else (),
+            minor_number=int(minor) if minor is not None else None,
         )
         return info, self._read_nvlink(handle, uuid)
 
