@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from gpupool.agent.logship import LogShipper
 from gpupool.agent.runas import Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import Transport
 from gpupool.agent.unpack import UnsafeArchive, copy_path, download_later
+from gpupool.gpu.base import DeviceInfo as GpuInfo
 from gpupool.runtime.isolation import (
     MPS_MODES,
     SHIM_MODES,
@@ -58,6 +60,15 @@ class Launcher(GpuRules):
     _shim_reserve: dict[str, int]  # device -> context reserve (bytes) for regions
     uid_leases: UidLeases | None  # transient accounts (run_as auto as root), else None
     devices: list[DeviceInfo]
+    inventory: tuple[GpuInfo, ...]  # the physical GPUs as the backend reads them
+
+    def _device_node_minors(self, uuids: Sequence[str]) -> list[int]:
+        """The ``N`` of ``/dev/nvidiaN`` of each GPU behind ``uuids`` (a MIG instance's is its
+        parent's): the driver's minor number, not NVML's index."""
+        parents = {d.uuid: d.mig_parent or d.uuid for d in self.devices}
+        by_uuid = {g.uuid: g for g in self.inventory}
+        wanted = {parents.get(u, u) for u in uuids}
+        return sorted(by_uuid[u].device_node_minor for u in wanted if u in by_uuid)
 
     @functools.cached_property
     def containers(self) -> ContainerRoom:
@@ -234,7 +245,7 @@ class Launcher(GpuRules):
         )
         if a.container is not None:  # the one seam: the same replica, in its image
             try:
-                minors = [d.device_node_minor for d in self.devices if d.uuid in a.device_uuids]
+                minors = self._device_node_minors(a.device_uuids)
                 spec = self.containers.launch_spec(
                     a, spec, isolation_env=ienv, device_minors=minors,
                     checkpoint_dir=checkpoint_dir, account=account,
