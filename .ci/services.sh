@@ -81,3 +81,5 @@ install_containers() {
 start_postgres
 install_chromium
 install_containers
+# The Kubernetes control plane of tests/kube (built from Go modules, cached; a no-op once built).
+bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/k8s-bins.sh" >/dev/null

@@ -1,0 +1,83 @@
+"""The real kube-scheduler places fractional GPU claims on the slices gpupool publishes.
+
+A kwok node with one simulated A10 (22.5 GiB); gpupool's publisher puts its ResourceSlice on
+the real API server; pods claim ``half-gpu-10gib`` (the example template: 500m compute, 10 GiB).
+Two share the GPU; the third fits neither in compute nor in memory and stays Pending with the
+scheduler's own reason, until one of the two is deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from gpupool.gpu.simulated import SimulatedBackend
+from gpupool.kube.publisher import SlicePublisher
+from gpupool.kube.slices import DRIVER, device_class, slice_name
+from tests.kube.cluster import ControlPlane
+from tests.kube.objects import (
+    claim_pod,
+    condition,
+    example,
+    pod,
+    pod_claim,
+    running_on,
+    wait_for,
+)
+
+FIELD_MANAGER = "gpupool-tests"
+
+
+def _allocation(claim: dict) -> dict:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 1, results
+    return dict(results[0])
+
+
+def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    node = f"kwok-a10-{uuid.uuid4().hex[:6]}"
+    control_plane.add_kwok_node(node)
+    client.apply(device_class(), field_manager=FIELD_MANAGER)
+    publisher = SlicePublisher(client, SimulatedBackend.from_spec("1xA10", node=node), node)
+    assert publisher.sync()
+    stored = client.get(f"/apis/resource.k8s.io/v1/resourceslices/{slice_name(node)}")
+    assert stored["spec"]["nodeName"] == node
+    assert [d["name"] for d in stored["spec"]["devices"]] == ["gpu-0"]
+
+    template = example("half-gpu-10gib.yaml", namespace)
+    client.create(
+        client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace), template
+    )
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    for name in ("first", "second"):
+        client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib"))
+    for name in ("first", "second"):
+        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
+
+    shares = []
+    for name in ("first", "second"):
+        claim = pod_claim(client, namespace, name)
+        assert claim is not None
+        result = _allocation(claim)
+        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, node, "gpu-0")
+        assert result["consumedCapacity"] == {"compute": "500m", "memory": "10Gi"}
+        shares.append(result["shareID"])
+    assert len(set(shares)) == 2, "two claims on one GPU get two shares"
+
+    client.create(pods_path, claim_pod("third", namespace, "half-gpu-10gib"))
+
+    def unschedulable() -> dict | None:
+        c = condition(pod(client, namespace, "third"), "PodScheduled")
+        return c if c and c.get("reason") == "Unschedulable" else None
+
+    reason = wait_for(unschedulable, "the third pod reported unschedulable")
+    assert "cannot allocate all claims" in reason["message"], reason
+    assert pod(client, namespace, "third")["status"]["phase"] == "Pending"
+
+    client.delete(f"{pods_path}/first", grace_period_s=0)
+    assert wait_for(lambda: running_on(client, namespace, "third"), "third running") == node
+    claim = pod_claim(client, namespace, "third")
+    assert claim is not None
+    assert _allocation(claim)["device"] == "gpu-0"
