@@ -40,14 +40,16 @@ def example(name: str, namespace: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def claim_pod(name: str, namespace: str, template: str) -> dict[str, Any]:
-    """A pod whose one container uses one claim made from ``template``."""
+def claim_pod(name: str, namespace: str, template: str, node: str) -> dict[str, Any]:
+    """A pod whose one container uses one claim made from ``template``, kept to ``node`` (the
+    session's cluster holds other tests' nodes too)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"kubernetes.io/hostname": node},
             "containers": [
                 {
                     "name": "main",

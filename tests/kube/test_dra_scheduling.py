@@ -52,7 +52,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
     )
     pods_path = f"/api/v1/namespaces/{namespace}/pods"
     for name in ("first", "second"):
-        client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib"))
+        client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib", node))
     for name in ("first", "second"):
         assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
 
@@ -66,7 +66,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
         shares.append(result["shareID"])
     assert len(set(shares)) == 2, "two claims on one GPU get two shares"
 
-    client.create(pods_path, claim_pod("third", namespace, "half-gpu-10gib"))
+    client.create(pods_path, claim_pod("third", namespace, "half-gpu-10gib", node))
 
     def unschedulable() -> dict | None:
         c = condition(pod(client, namespace, "third"), "PodScheduled")

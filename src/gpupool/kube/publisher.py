@@ -23,7 +23,15 @@ from gpupool.domain.nodes import DeviceHealth
 from gpupool.gpu.base import GpuBackend
 from gpupool.gpu.health import HealthTracker
 from gpupool.kube.client import KubeClient, KubeError
-from gpupool.kube.slices import DRIVER, RESOURCE_API, published_gpus, resource_slice, slice_name
+from gpupool.kube.health import HealthBoard
+from gpupool.kube.slices import (
+    DRIVER,
+    RESOURCE_API,
+    device_name,
+    published_gpus,
+    resource_slice,
+    slice_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +42,19 @@ class SlicePublisher:
     """One node's slice, kept current. ``node`` is the Kubernetes Node name."""
 
     def __init__(
-        self, client: KubeClient, backend: GpuBackend, node: str, *, driver: str = DRIVER
+        self,
+        client: KubeClient,
+        backend: GpuBackend,
+        node: str,
+        *,
+        driver: str = DRIVER,
+        board: HealthBoard | None = None,
     ) -> None:
         self.client = client
         self.backend = backend
         self.node = node
         self.driver = driver
+        self.board = board
         self.inventory = backend.inventory()
         self.groups = nvlink_groups(self.inventory)
         self.health = HealthTracker(self.inventory)
@@ -54,14 +69,15 @@ class SlicePublisher:
         telemetry = self.backend.sample()
         verdicts = self.health.update(telemetry)
         lost_now = {s.uuid for s in telemetry.devices if s.lost}
-        unhealthy = {
-            uuid: v.reason or "unhealthy"
-            for uuid, v in verdicts.items()
-            if v.health == DeviceHealth.UNHEALTHY and uuid not in lost_now
-        }
         newly_lost = lost_now - self.lost
         self.lost |= lost_now
-        self.unhealthy = unhealthy
+        self.unhealthy = {
+            uuid: v.reason or "unhealthy"
+            for uuid, v in verdicts.items()
+            if v.health == DeviceHealth.UNHEALTHY and uuid not in self.lost
+        }
+        if self.board is not None:
+            self.board.update({device_name(d.index): self._verdict(d.uuid) for d in self.inventory})
         gpus = published_gpus(self.inventory, self.groups, lost=self.lost, unhealthy=self.unhealthy)
         devices = resource_slice(self.node, gpus, 0, driver=self.driver)["spec"]["devices"]
         applied = False
@@ -71,6 +87,13 @@ class SlicePublisher:
         for uuid in sorted(newly_lost):
             self._event_lost(uuid)
         return applied
+
+    def _verdict(self, uuid: str) -> tuple[bool, str]:
+        if uuid in self.lost:
+            return False, "GPU lost (fallen off the bus or driver error)"
+        if uuid in self.unhealthy:
+            return False, self.unhealthy[uuid]
+        return True, ""
 
     def _apply(self, devices: list[dict[str, Any]]) -> None:
         if self.generation is None:

@@ -1,0 +1,240 @@
+"""The kubelet plugin over its real gRPC sockets, called as the kubelet calls it.
+
+The claim is a real one: the real scheduler allocated it from gpupool's slice on a kwok node.
+The plugin reads it from the API server, creates the claim's shim region (the real region
+library), writes the CDI spec and answers the CDI device; a restarted plugin still knows it;
+unprepare removes both. The registration socket answers the plugin watcher's GetInfo; the
+health stream turns a device UNHEALTHY when its GPU is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gpupool.gpu.simulated import SimulatedBackend
+from gpupool.kube.grpcapi import (
+    DRA_SERVICE,
+    HEALTH_SERVICE,
+    REGISTRATION_SERVICE,
+    KubeletPlugin,
+    PluginSockets,
+)
+from gpupool.kube.health import HealthBoard
+from gpupool.kube.plugin import ClaimPreparer
+from gpupool.kube.proto import dra_v1_pb2 as dra
+from gpupool.kube.proto import drahealth_v1_pb2 as health
+from gpupool.kube.proto import registration_v1_pb2 as reg
+from gpupool.kube.publisher import SlicePublisher
+from gpupool.kube.slices import DRIVER, device_class
+from gpupool.runtime.shim import Region, job_env
+from gpupool.shim.build import ensure_built
+from tests.kube.cluster import ControlPlane
+from tests.kube.objects import claim_pod, example, pod_claim, running_on, wait_for
+from tests.shim.helpers import Natives, build_natives
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def natives(tmp_path_factory: pytest.TempPathFactory) -> Natives:
+    if shutil.which("cc") is None:
+        pytest.skip("the kubelet plugin's shim regions need a C compiler (cc)")
+    shim = ensure_built(cache=tmp_path_factory.mktemp("shim-cache"))
+    return build_natives(tmp_path_factory.mktemp("natives"), shim)
+
+
+class Node:
+    """A kwok node with gpupool's publisher and (re)startable kubelet plugin."""
+
+    def __init__(self, plane: ControlPlane, natives: Natives, folder: Path, spec: str) -> None:
+        self.plane = plane
+        self.natives = natives
+        self.folder = folder
+        self.name = f"kwok-{uuid.uuid4().hex[:6]}"
+        plane.add_kwok_node(self.name)
+        plane.client.apply(device_class(), field_manager="gpupool-tests")
+        self.backend = SimulatedBackend.from_spec(spec, node=self.name)
+        self.board = HealthBoard()
+        self.publisher = SlicePublisher(plane.client, self.backend, self.name, board=self.board)
+        self.publisher.sync()
+        self.sockets = PluginSockets(dra=folder / "dra.sock", registry=folder / "reg.sock")
+        self.plugin: KubeletPlugin | None = None
+
+    def start_plugin(self) -> KubeletPlugin:
+        def shim_env(region: Path) -> dict[str, str]:
+            return job_env(
+                region, self.natives.fake, real_nvml=self.natives.fake_nvml,
+                build=self.natives.shim,
+            )  # fmt: skip
+
+        preparer = ClaimPreparer(
+            self.plane.client, self.name, self.backend.inventory(),
+            state_dir=self.folder / "state", cdi_dir=self.folder / "cdi", shim_env=shim_env,
+        )  # fmt: skip
+        self.plugin = KubeletPlugin(preparer, self.board, self.sockets)
+        self.plugin.start()
+        return self.plugin
+
+    def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            self.plugin.stop()
+            self.plugin = None
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane, natives: Natives, tmp_path: Path) -> Iterator[Node]:
+    n = Node(control_plane, natives, tmp_path, "2xA10")
+    n.start_plugin()
+    yield n
+    n.stop_plugin()
+
+
+def _call(socket: Path, service: str, method: str, request, response_type):  # type: ignore[no-untyped-def]
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        call = channel.unary_unary(
+            f"/{service}/{method}",
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response_type.FromString,
+        )
+        return call(request, timeout=60)
+
+
+def _scheduled_claim(plane: ControlPlane, namespace: str, node: str) -> dict:
+    client = plane.client
+    client.create(
+        client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace),
+        example("half-gpu-10gib.yaml", namespace),
+    )
+    client.create(
+        f"/api/v1/namespaces/{namespace}/pods", claim_pod("app", namespace, "half-gpu-10gib", node)
+    )
+    wait_for(lambda: running_on(client, namespace, "app"), "the pod running")
+    claim = pod_claim(client, namespace, "app")
+    assert claim is not None
+    return claim
+
+
+def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
+    control_plane: ControlPlane, namespace: str, node: Node
+) -> None:
+    info = _call(node.sockets.registry, REGISTRATION_SERVICE, "GetInfo", reg.InfoRequest(),
+                 reg.PluginInfo)  # fmt: skip
+    assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(node.sockets.dra))
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1.DRAResourceHealth"]
+
+    claim = _scheduled_claim(control_plane, namespace, node.name)
+    uid = claim["metadata"]["uid"]
+    request = dra.NodePrepareResourcesRequest(
+        claims=[dra.Claim(namespace=namespace, uid=uid, name=claim["metadata"]["name"])]
+    )
+    answer = _call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
+                   dra.NodePrepareResourcesResponse)  # fmt: skip
+    result = answer.claims[uid]
+    assert result.error == ""
+    (device,) = result.devices
+    allocated = claim["status"]["allocation"]["devices"]["results"][0]
+    assert (device.pool_name, device.device_name) == (node.name, allocated["device"])
+    assert list(device.request_names) == ["gpu"]
+    assert device.share_id == allocated["shareID"]
+    assert list(device.cdi_device_ids) == [f"gpu.gpupool.io/claim={uid}"]
+
+    # The region holds the claim to exactly its share of the GPU it was allocated.
+    gpu0 = node.backend.inventory()[int(allocated["device"].removeprefix("gpu-"))]
+    prepared = node.plugin.dra.preparer.prepared[uid]  # type: ignore[union-attr]
+    with Region.open(Path(prepared.region), build=node.natives.shim) as region:
+        usage = region.read().device(gpu0.uuid)
+    assert usage.mem_limit_bytes == 10 * GIB
+    assert usage.sm_share_permille == 500
+
+    spec = json.loads(Path(prepared.cdi_spec).read_text())
+    assert spec["kind"] == "gpu.gpupool.io/claim"
+    (cdi_device,) = spec["devices"]
+    assert cdi_device["name"] == uid
+    env = dict(e.split("=", 1) for e in cdi_device["containerEdits"]["env"])
+    assert env["GPUPOOL_CUDA_REGION"] == "/run/gpupool/region"
+    assert env["CUDA_VISIBLE_DEVICES"] == gpu0.uuid
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == "/usr/local/gpupool/shim"
+    mounts = {m["containerPath"]: m for m in cdi_device["containerEdits"]["mounts"]}
+    assert mounts["/run/gpupool/region"]["hostPath"] == prepared.region
+    assert mounts["/usr/local/gpupool/shim"]["hostPath"] == str(node.natives.shim.facade_dir)
+    assert mounts["/usr/local/gpupool/driver/libcuda.so.1"]["hostPath"] == str(node.natives.fake)
+
+    # A restarted plugin keeps the claim: the kubelet's retry gets the same answer.
+    node.stop_plugin()
+    node.start_plugin()
+    again = _call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
+                  dra.NodePrepareResourcesResponse)  # fmt: skip
+    assert again == answer
+    assert Path(prepared.region).exists()
+
+    gone = _call(
+        node.sockets.dra, DRA_SERVICE, "NodeUnprepareResources",
+        dra.NodeUnprepareResourcesRequest(claims=request.claims),
+        dra.NodeUnprepareResourcesResponse,
+    )  # fmt: skip
+    assert gone.claims[uid].error == ""
+    assert not Path(prepared.region).exists()
+    assert not Path(prepared.cdi_spec).exists()
+    node.stop_plugin()
+    node.start_plugin()
+    assert uid not in node.plugin.dra.preparer.prepared  # type: ignore[union-attr]
+
+
+def test_a_claim_of_another_node_is_refused_with_why(
+    control_plane: ControlPlane, namespace: str, node: Node
+) -> None:
+    answer = _call(
+        node.sockets.dra, DRA_SERVICE, "NodePrepareResources",
+        dra.NodePrepareResourcesRequest(
+            claims=[dra.Claim(namespace=namespace, uid="0000", name="nope")]
+        ),
+        dra.NodePrepareResourcesResponse,
+    )  # fmt: skip
+    assert "cannot read ResourceClaim" in answer.claims["0000"].error
+    assert not list((node.folder / "state" / "regions").iterdir())
+
+
+def test_a_lost_gpu_is_withdrawn_with_an_event_and_reported_unhealthy(
+    control_plane: ControlPlane, node: Node
+) -> None:
+    client = control_plane.client
+    with grpc.insecure_channel(f"unix://{node.sockets.dra}") as channel:
+        watch = channel.unary_stream(
+            f"/{HEALTH_SERVICE}/NodeWatchResources",
+            request_serializer=health.NodeWatchResourcesRequest.SerializeToString,
+            response_deserializer=health.NodeWatchResourcesResponse.FromString,
+        )
+        stream = watch(health.NodeWatchResourcesRequest(), timeout=120)
+        first = next(stream)
+        assert {d.device.device_name: d.health for d in first.devices} == {
+            "gpu-0": health.HEALTHY,
+            "gpu-1": health.HEALTHY,
+        }
+        lost = node.backend.inventory()[1]
+        node.backend.lose(lost.uuid)
+        assert node.publisher.sync()
+        after = next(stream)
+        states = {d.device.device_name: d for d in after.devices}
+        assert states["gpu-1"].health == health.UNHEALTHY
+        assert "lost" in states["gpu-1"].message
+        assert states["gpu-0"].health == health.HEALTHY
+        stream.cancel()
+
+    stored = client.get(f"/apis/resource.k8s.io/v1/resourceslices/{node.name}-{DRIVER}")
+    assert [d["name"] for d in stored["spec"]["devices"]] == ["gpu-0"]
+    assert stored["spec"]["pool"]["generation"] == 2
+    events = client.list(
+        "/api/v1/namespaces/default/events",
+        field_selector=f"involvedObject.name={node.name},reason=GpuLost",
+    )
+    assert len(events) == 1
+    assert lost.uuid in events[0]["message"]
+    assert events[0]["type"] == "Warning"
+    assert not node.publisher.sync(), "nothing changed: nothing applied, no second event"
