@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import IN_CI
 from tests.kube.cluster import ControlPlane, find_binaries
+from tests.shim.conftest import natives  # noqa: F401  (the fake driver and shim build)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ health stream turns a device UNHEALTHY when its GPU is lost.
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,20 +33,11 @@ from gpupool.kube.proto import registration_v1_pb2 as reg
 from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import DRIVER, device_class
 from gpupool.runtime.shim import Region, job_env
-from gpupool.shim.build import ensure_built
 from tests.kube.cluster import ControlPlane
 from tests.kube.objects import claim_pod, example, pod_claim, running_on, wait_for
-from tests.shim.helpers import Natives, build_natives
+from tests.shim.helpers import Natives
 
 GIB = 1 << 30
-
-
-@pytest.fixture(scope="module")
-def natives(tmp_path_factory: pytest.TempPathFactory) -> Natives:
-    if shutil.which("cc") is None:
-        pytest.skip("the kubelet plugin's shim regions need a C compiler (cc)")
-    shim = ensure_built(cache=tmp_path_factory.mktemp("shim-cache"))
-    return build_natives(tmp_path_factory.mktemp("natives"), shim)
 
 
 class Node:

@@ -195,15 +195,14 @@ class ClaimPreparer:
         label = f"claim {namespace}/{name}"
         try:
             Region.create(region_path, label, slices).close()
+            edits = claim_edits(
+                self.shim_env(region_path),
+                visible_devices=[info.uuid for info in infos],
+                device_nodes=device_nodes([info.index for info in infos]),
+            )
         except RegionError as exc:
-            raise ClaimError(
-                f"cannot create the shim region of claim {namespace}/{name}: {exc}"
-            ) from exc
-        edits = claim_edits(
-            self.shim_env(region_path),
-            visible_devices=[info.uuid for info in infos],
-            device_nodes=device_nodes([info.index for info in infos]),
-        )
+            region_path.unlink(missing_ok=True)
+            raise ClaimError(f"cannot prepare claim {namespace}/{name}: {exc}") from exc
         spec = write_spec(self.cdi_dir, uid, edits)
         return PreparedClaim(
             uid=uid,
