@@ -16,7 +16,9 @@ import pytest
 
 from tests.conftest import IN_CI
 from tests.kube.cluster import ControlPlane, find_binaries
+from tests.kube.nodes import Node
 from tests.shim.conftest import natives  # noqa: F401  (the fake driver and shim build)
+from tests.shim.helpers import Natives
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +51,12 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     )
     yield name
     control_plane.client.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane, natives: Natives, tmp_path: Path) -> Iterator[Node]:  # noqa: F811
+    """A kwok node with two simulated A10s, its slice published and its kubelet plugin up."""
+    n = Node(control_plane, natives, tmp_path, "2xA10")
+    n.start_plugin()
+    yield n
+    n.stop_plugin()

@@ -10,121 +10,40 @@ health stream turns a device UNHEALTHY when its GPU is lost.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 
-from gpupool.gpu.simulated import SimulatedBackend
 from gpupool.kube.grpcapi import (
     DRA_SERVICE,
     HEALTH_SERVICE,
     REGISTRATION_SERVICE,
-    KubeletPlugin,
-    PluginSockets,
 )
-from gpupool.kube.health import HealthBoard
-from gpupool.kube.plugin import ClaimPreparer
 from gpupool.kube.proto import dra_v1_pb2 as dra
 from gpupool.kube.proto import drahealth_v1_pb2 as health
 from gpupool.kube.proto import registration_v1_pb2 as reg
-from gpupool.kube.publisher import SlicePublisher
-from gpupool.kube.slices import DRIVER, device_class
-from gpupool.runtime.shim import Region, job_env
+from gpupool.kube.slices import DRIVER
+from gpupool.runtime.shim import Region
 from tests.kube.cluster import ControlPlane
-from tests.kube.objects import claim_pod, example, pod_claim, running_on, wait_for
-from tests.shim.helpers import Natives
+from tests.kube.nodes import Node, call, scheduled_claim
 
 GIB = 1 << 30
-
-
-class Node:
-    """A kwok node with gpupool's publisher and (re)startable kubelet plugin."""
-
-    def __init__(self, plane: ControlPlane, natives: Natives, folder: Path, spec: str) -> None:
-        self.plane = plane
-        self.natives = natives
-        self.folder = folder
-        self.name = f"kwok-{uuid.uuid4().hex[:6]}"
-        plane.add_kwok_node(self.name)
-        plane.client.apply(device_class(), field_manager="gpupool-tests")
-        self.backend = SimulatedBackend.from_spec(spec, node=self.name)
-        self.board = HealthBoard()
-        self.publisher = SlicePublisher(plane.client, self.backend, self.name, board=self.board)
-        self.publisher.sync()
-        self.sockets = PluginSockets(dra=folder / "dra.sock", registry=folder / "reg.sock")
-        self.plugin: KubeletPlugin | None = None
-
-    def start_plugin(self) -> KubeletPlugin:
-        def shim_env(region: Path) -> dict[str, str]:
-            return job_env(
-                region, self.natives.fake, real_nvml=self.natives.fake_nvml,
-                build=self.natives.shim,
-            )  # fmt: skip
-
-        preparer = ClaimPreparer(
-            self.plane.client, self.name, self.backend.inventory(),
-            state_dir=self.folder / "state", cdi_dir=self.folder / "cdi", shim_env=shim_env,
-        )  # fmt: skip
-        self.plugin = KubeletPlugin(preparer, self.board, self.sockets)
-        self.plugin.start()
-        return self.plugin
-
-    def stop_plugin(self) -> None:
-        if self.plugin is not None:
-            self.plugin.stop()
-            self.plugin = None
-
-
-@pytest.fixture
-def node(control_plane: ControlPlane, natives: Natives, tmp_path: Path) -> Iterator[Node]:
-    n = Node(control_plane, natives, tmp_path, "2xA10")
-    n.start_plugin()
-    yield n
-    n.stop_plugin()
-
-
-def _call(socket: Path, service: str, method: str, request, response_type):  # type: ignore[no-untyped-def]
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
-        call = channel.unary_unary(
-            f"/{service}/{method}",
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=response_type.FromString,
-        )
-        return call(request, timeout=60)
-
-
-def _scheduled_claim(plane: ControlPlane, namespace: str, node: str) -> dict:
-    client = plane.client
-    client.create(
-        client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace),
-        example("half-gpu-10gib.yaml", namespace),
-    )
-    client.create(
-        f"/api/v1/namespaces/{namespace}/pods", claim_pod("app", namespace, "half-gpu-10gib", node)
-    )
-    wait_for(lambda: running_on(client, namespace, "app"), "the pod running")
-    claim = pod_claim(client, namespace, "app")
-    assert claim is not None
-    return claim
 
 
 def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
     control_plane: ControlPlane, namespace: str, node: Node
 ) -> None:
-    info = _call(node.sockets.registry, REGISTRATION_SERVICE, "GetInfo", reg.InfoRequest(),
+    info = call(node.sockets.registry, REGISTRATION_SERVICE, "GetInfo", reg.InfoRequest(),
                  reg.PluginInfo)  # fmt: skip
     assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(node.sockets.dra))
     assert list(info.supported_versions) == ["v1.DRAPlugin", "v1.DRAResourceHealth"]
 
-    claim = _scheduled_claim(control_plane, namespace, node.name)
+    claim = scheduled_claim(control_plane, namespace, node.name)
     uid = claim["metadata"]["uid"]
     request = dra.NodePrepareResourcesRequest(
         claims=[dra.Claim(namespace=namespace, uid=uid, name=claim["metadata"]["name"])]
     )
-    answer = _call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
+    answer = call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
                    dra.NodePrepareResourcesResponse)  # fmt: skip
     result = answer.claims[uid]
     assert result.error == ""
@@ -159,12 +78,12 @@ def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
     # A restarted plugin keeps the claim: the kubelet's retry gets the same answer.
     node.stop_plugin()
     node.start_plugin()
-    again = _call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
+    again = call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
                   dra.NodePrepareResourcesResponse)  # fmt: skip
     assert again == answer
     assert Path(prepared.region).exists()
 
-    gone = _call(
+    gone = call(
         node.sockets.dra, DRA_SERVICE, "NodeUnprepareResources",
         dra.NodeUnprepareResourcesRequest(claims=request.claims),
         dra.NodeUnprepareResourcesResponse,
@@ -180,7 +99,7 @@ def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
 def test_a_claim_of_another_node_is_refused_with_why(
     control_plane: ControlPlane, namespace: str, node: Node
 ) -> None:
-    answer = _call(
+    answer = call(
         node.sockets.dra, DRA_SERVICE, "NodePrepareResources",
         dra.NodePrepareResourcesRequest(
             claims=[dra.Claim(namespace=namespace, uid="0000", name="nope")]
