@@ -181,7 +181,6 @@ class ControlPlane:
             "--leader-elect=false", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={self.pki.sa_key}",
             f"--root-ca-file={self.pki.ca_cert}",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle",
             "--feature-gates=DRAConsumableCapacity=true",
             "--v=1",
         ])  # fmt: skip

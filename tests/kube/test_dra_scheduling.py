@@ -81,3 +81,34 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
     claim = pod_claim(client, namespace, "third")
     assert claim is not None
     assert _allocation(claim)["device"] == "gpu-0"
+
+
+def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    node = f"kwok-nvl-{uuid.uuid4().hex[:6]}"
+    control_plane.add_kwok_node(node)
+    client.apply(device_class(), field_manager=FIELD_MANAGER)
+    # gpu-0: a T4 alone (nvlinkGroup -1); gpu-1 and gpu-2: two A100s joined by NVLink.
+    backend = SimulatedBackend.from_spec("1xT4,2xA100-80GB", node=node)
+    SlicePublisher(client, backend, node).sync()
+    templates = client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace)
+    for name in ("two-nvlinked-gpus.yaml", "half-gpu-10gib.yaml"):
+        client.create(templates, example(name, namespace))
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    client.create(pods_path, claim_pod("pair", namespace, "two-nvlinked-gpus", node))
+    assert wait_for(lambda: running_on(client, namespace, "pair"), "pair running") == node
+    claim = pod_claim(client, namespace, "pair")
+    assert claim is not None
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == ["gpu-1", "gpu-2"]
+    assert all(not r.get("consumedCapacity") or r["consumedCapacity"]["compute"] == "1"
+               for r in results), results  # fmt: skip
+
+    # The pair took both A100s whole: a half-GPU claim can only go to the T4.
+    client.create(pods_path, claim_pod("half", namespace, "half-gpu-10gib", node))
+    assert wait_for(lambda: running_on(client, namespace, "half"), "half running") == node
+    half = pod_claim(client, namespace, "half")
+    assert half is not None
+    assert _allocation(half)["device"] == "gpu-0"
