@@ -166,7 +166,7 @@ class ControlPlane:
             "--feature-gates=DRAConsumableCapacity=true",
             "--profiling=false", "--v=1",
         ])  # fmt: skip
-        self._wait("kube-apiserver", lambda: self.client.get("/readyz?verbose=false") is not None)
+        self._wait("kube-apiserver", self.client.ready)
 
     def _component_kubeconfig(self, name: str) -> Path:
         return kubeconfig(self.folder / f"{name}.kubeconfig", self.server, self.pki, "admin")

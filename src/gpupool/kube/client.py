@@ -227,11 +227,20 @@ class KubeClient:
             raise _error(answer)
         if not answer.content:
             return {}
+        if "json" not in answer.headers.get("content-type", ""):
+            return {"text": answer.text}  # /readyz, /healthz, /version answers in plain text
         parsed = answer.json()
         return parsed if isinstance(parsed, dict) else {"value": parsed}
 
     def get(self, path: str) -> JsonObject:
         return self.request("GET", path)
+
+    def ready(self) -> bool:
+        """The API server's ``/readyz`` answers ``ok`` (every check passed)."""
+        try:
+            return str(self.get("/readyz").get("text", "")).strip() == "ok"
+        except KubeError:
+            return False
 
     def get_or_none(self, path: str) -> JsonObject | None:
         try:
