@@ -87,7 +87,7 @@ def main() -> int:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--model", default="A100-80GB")
     p.add_argument("--pods", type=int, default=60)
-    p.add_argument("--compute", default="250m")
+    p.add_argument("--compute", default="250", help="milli-GPU")
     p.add_argument("--memory", default="10Gi")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

@@ -148,7 +148,7 @@ class ControlPlane:
             str(self.bins / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.api_port}",
-            "--advertise-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
             f"--tls-cert-file={pki.cert('apiserver')}",
             f"--tls-private-key-file={pki.key('apiserver')}",
             f"--client-ca-file={pki.ca_cert}",

@@ -39,6 +39,10 @@ CDI_DIR = Path("/var/run/cdi")
 CONTAINERS_CONF = '[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\n'
 
 
+#: A real control plane on a loaded 2-core machine: starts, schedules and waits are slow.
+pytestmark = pytest.mark.timeout(900)
+
+
 def _unavailable(why: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and podman cannot run here: {why}", pytrace=False)
@@ -91,6 +95,7 @@ def test_the_prepared_cdi_device_holds_a_cuda_program_in_podman_to_its_10_gib(
     podman_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
+
     node = Node(control_plane, natives, tmp_path, "1xA10", cdi_dir=CDI_DIR)
     node.start_plugin()
     image = _image(podman_env, natives.probe, tmp_path)

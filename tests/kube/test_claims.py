@@ -42,7 +42,7 @@ def test_only_this_drivers_devices_on_this_node_are_kept() -> None:
     claim = _claim(
         [
             {"request": "gpu", "driver": "gpu.gpupool.io", "pool": "n1", "device": "gpu-1",
-             "shareID": "s1", "consumedCapacity": {"memory": "10Gi", "compute": "500m"}},
+             "shareID": "s1", "consumedCapacity": {"memory": "10Gi", "compute": "500"}},
             {"request": "nic", "driver": "nic.example.com", "pool": "n1", "device": "eth0"},
             {"request": "gpu", "driver": "gpu.gpupool.io", "pool": "n2", "device": "gpu-0"},
         ]

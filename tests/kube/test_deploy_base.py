@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gpupool.kube.client import KubeClient
@@ -25,6 +26,10 @@ from tests.kube.objects import REPO_ROOT, wait_for
 BASE = REPO_ROOT / "deploy" / "kubernetes"
 NAMESPACE = "gpupool-system"
 RENDERED_FIELDS = {"apiVersion", "kind", "resources", "namespace"}
+
+
+#: A real control plane on a loaded 2-core machine: starts, schedules and waits are slow.
+pytestmark = pytest.mark.timeout(900)
 
 
 def render(base: Path, client: KubeClient) -> list[dict[str, Any]]:
@@ -66,6 +71,7 @@ def _pods(client: KubeClient, selector: str) -> list[dict[str, Any]]:
 def test_the_base_is_accepted_and_its_pods_run_on_kwok_nodes(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
+
     client = control_plane.client
     node = f"kwok-deploy-{uuid.uuid4().hex[:6]}"
     control_plane.add_kwok_node(node)

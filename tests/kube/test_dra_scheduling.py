@@ -1,7 +1,8 @@
 """The real kube-scheduler places fractional GPU claims on the slices gpupool publishes.
 
 A kwok node with one simulated A10 (22.5 GiB); gpupool's publisher puts its ResourceSlice on
-the real API server; pods claim ``half-gpu-10gib`` (the example template: 500m compute, 10 GiB).
+the real API server; pods claim ``half-gpu-10gib`` (the example template: compute 500 milli-GPU and
+10 GiB).
 Two share the GPU; the third fits neither in compute nor in memory and stays Pending with the
 scheduler's own reason, until one of the two is deleted.
 """
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from gpupool.gpu.simulated import SimulatedBackend
+from gpupool.kube.claims import quantity
 from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import DRIVER, device_class, slice_name
 from tests.kube.cluster import ControlPlane
@@ -25,6 +29,10 @@ from tests.kube.objects import (
 )
 
 FIELD_MANAGER = "gpupool-tests"
+
+
+#: A real control plane on a loaded 2-core machine: starts, schedules and waits are slow.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _allocation(claim: dict) -> dict:
@@ -62,7 +70,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
         assert claim is not None
         result = _allocation(claim)
         assert (result["driver"], result["pool"], result["device"]) == (DRIVER, node, "gpu-0")
-        assert result["consumedCapacity"] == {"compute": "500m", "memory": "10Gi"}
+        assert result["consumedCapacity"] == {"compute": "500", "memory": "10Gi"}
         shares.append(result["shareID"])
     assert len(set(shares)) == 2, "two claims on one GPU get two shares"
 
@@ -86,6 +94,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
 def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
     control_plane: ControlPlane, namespace: str
 ) -> None:
+
     client = control_plane.client
     node = f"kwok-nvl-{uuid.uuid4().hex[:6]}"
     control_plane.add_kwok_node(node)
@@ -103,8 +112,10 @@ def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
     assert claim is not None
     results = claim["status"]["allocation"]["devices"]["results"]
     assert sorted(r["device"] for r in results) == ["gpu-1", "gpu-2"]
-    assert all(not r.get("consumedCapacity") or r["consumedCapacity"]["compute"] == "1"
-               for r in results), results  # fmt: skip
+    consumed = [r.get("consumedCapacity") for r in results]
+    # The whole of each: all 1000 milli-GPU ("1k" as the API writes it) and all the memory.
+    assert [quantity(c["compute"]) for c in consumed] == [1000, 1000], consumed
+    assert [quantity(c["memory"]) for c in consumed] == [80 << 30, 80 << 30], consumed
 
     # The pair took both A100s whole: a half-GPU claim can only go to the T4.
     client.create(pods_path, claim_pod("half", namespace, "half-gpu-10gib", node))

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import grpc
+import pytest
 
 from gpupool.kube.grpcapi import (
     DRA_SERVICE,
@@ -28,6 +29,10 @@ from tests.kube.cluster import ControlPlane
 from tests.kube.nodes import Node, call, scheduled_claim
 
 GIB = 1 << 30
+
+
+#: A real control plane on a loaded 2-core machine: starts, schedules and waits are slow.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
@@ -113,6 +118,7 @@ def test_a_claim_of_another_node_is_refused_with_why(
 def test_a_lost_gpu_is_withdrawn_with_an_event_and_reported_unhealthy(
     control_plane: ControlPlane, node: Node
 ) -> None:
+
     client = control_plane.client
     with grpc.insecure_channel(f"unix://{node.sockets.dra}") as channel:
         watch = channel.unary_stream(

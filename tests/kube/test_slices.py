@@ -26,7 +26,7 @@ def test_each_gpu_is_a_shared_device_with_memory_and_compute_capacity() -> None:
     memory = first["capacity"]["memory"]
     assert memory["value"] == f"{inventory[0].memory_mib}Mi"
     assert memory["requestPolicy"]["default"] == memory["value"]
-    assert first["capacity"]["compute"]["value"] == "1"
+    assert first["capacity"]["compute"]["value"] == "1000"
 
 
 def test_a_lost_gpu_is_withdrawn_and_an_unhealthy_one_tainted() -> None:

@@ -109,7 +109,7 @@ def claim_devices(claim: Mapping[str, Any], *, driver: str, node: str) -> tuple[
         consumed = result.get("consumedCapacity") or {}
         memory = consumed.get("memory")
         compute = consumed.get("compute")
-        milli = 1000 if compute is None else int(quantity(str(compute)) * 1000)
+        milli = 1000 if compute is None else int(quantity(str(compute)))  # milli-GPU
         out.append(
             ClaimDevice(
                 request=str(result.get("request")),

@@ -11,9 +11,10 @@ Words:
   published devices changes, so the scheduler never mixes two versions of a node's inventory.
 - **device**: one physical GPU, named ``gpu-<index>``. It publishes two *consumable capacities*
   (``allowMultipleAllocations``: many claims share it, each consuming some):
-  ``memory`` (bytes, as a quantity: ``80Gi``; a claim asks ``10Gi``) and ``compute`` (the GPU as
-  ``1``; a claim asks ``500m`` for half). A request that names no capacity consumes the
-  policy's default, the whole of it: ``count: 2`` with no capacity is two whole GPUs.
+  ``memory`` (bytes, as a quantity: ``80Gi``; a claim asks ``10Gi``) and ``compute`` (milli-GPU:
+  the GPU is ``1000``; a claim asks ``500`` for half, in steps of 10). A request that names no
+  capacity consumes the policy's default, the whole of it: ``count: 2`` with no capacity is two
+  whole GPUs.
 - **attributes**: ``model`` (``A100-80GB``), ``productName`` (NVML's name), ``uuid``, ``index``,
   ``nvlinkGroup`` (lowest index of the GPUs joined by NVLink; ``-1`` alone), ``migEnabled``,
   ``migInstances`` (count) and ``migProfiles`` (``1g.10gb,3g.40gb``, cut to the attribute
@@ -39,7 +40,12 @@ RESOURCE_API = "resource.k8s.io/v1"
 TAINT_UNHEALTHY = f"{DRIVER}/unhealthy"
 # The API's limit on a string attribute value.
 ATTRIBUTE_STRING_MAX = 64
-COMPUTE_STEP = "10m"
+#: ``compute`` counts milli-GPUs (an integer, STYLE 5): 1000 is the whole GPU, a claim asks 500
+#: for half. Integers, not ``500m`` of ``1``: with a fractional range the 1.37 scheduler
+#: charged a ``500m`` request a whole ``1`` (fractional capacity ranges are behind the
+#: ``DRAFractionalCapacityRange`` gate, off by default in 1.37).
+COMPUTE_WHOLE = "1000"
+COMPUTE_STEP = "10"
 
 
 @dataclass(frozen=True)
@@ -99,10 +105,10 @@ def _capacity(info: DeviceInfo) -> dict[str, dict[str, Any]]:
             "requestPolicy": {"default": memory, "validRange": {"min": "1Mi", "max": memory}},
         },
         "compute": {
-            "value": "1",
+            "value": COMPUTE_WHOLE,
             "requestPolicy": {
-                "default": "1",
-                "validRange": {"min": COMPUTE_STEP, "max": "1", "step": COMPUTE_STEP},
+                "default": COMPUTE_WHOLE,
+                "validRange": {"min": COMPUTE_STEP, "max": COMPUTE_WHOLE, "step": COMPUTE_STEP},
             },
         },
     }
