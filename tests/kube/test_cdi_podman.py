@@ -35,8 +35,16 @@ from tests.shim.helpers import Natives
 
 GIB = 1 << 30
 CDI_DIR = Path("/var/run/cdi")
-#: The engine settings gpupool's container jobs use on this kind of machine (runc, cgroupfs).
-CONTAINERS_CONF = '[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\n'
+#: The engine settings gpupool's container jobs use on this kind of machine (runc, cgroupfs, no
+#: default ulimits: raising them is refused here).
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = []
+
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+"""
 
 
 #: A real control plane on a loaded 2-core machine: starts, schedules and waits are slow.
