@@ -55,7 +55,7 @@ def find_binaries() -> Path | str:
     if done.returncode != 0:
         return (
             "the Kubernetes control plane binaries are not built: run scripts/k8s-bins.sh "
-            "(Go modules; about an hour on 2 cores the first time, cached after)"
+            "(Go modules; about 40 minutes on a shared 2-core machine the first time, cached after)"
         )
     return Path(done.stdout.strip())
 
