@@ -78,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    publisher.sync()
-    plugin.start()
+    try:
+        publisher.sync()
+        plugin.start()
+    except GpupoolError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        plugin.stop()
+        return 1
     log.info("gpupool DRA driver serving node %s at %s", args.node, sockets.dra)
     try:
         publisher.run(stop, interval_s=args.interval)

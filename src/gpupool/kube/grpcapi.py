@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from gpupool.domain.errors import GpupoolError
 from gpupool.kube.claims import ClaimError
 from gpupool.kube.health import HealthBoard
 from gpupool.kube.plugin import ClaimPreparer
@@ -46,8 +47,14 @@ HEALTH_SERVICE = "v1.DRAResourceHealth"
 REGISTRATION_SERVICE = "pluginregistration.Registration"
 #: What GetInfo's ``supported_versions`` lists (the kubelet picks the services from it).
 SUPPORTED = ("v1.DRAPlugin", "v1.DRAResourceHealth")
+#: The longest unix socket path (``sun_path`` holds 108 bytes with its terminating NUL).
+SOCKET_PATH_MAX = 107
 #: How often the health stream re-sends the board when nothing changed (a liveness beat).
 HEALTH_RESEND_S = 30.0
+
+
+class PluginError(GpupoolError):
+    """The plugin cannot serve (a socket it cannot bind); the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -217,12 +224,20 @@ class KubeletPlugin:
 
     @staticmethod
     def _serve(socket: Path, handlers: list[grpc.GenericRpcHandler]) -> grpc.Server:
+        if len(str(socket).encode()) > SOCKET_PATH_MAX:
+            raise PluginError(
+                f"socket path {socket} is longer than a unix socket allows ({SOCKET_PATH_MAX} "
+                "bytes): give a shorter --kubelet-dir"
+            )
         socket.parent.mkdir(parents=True, exist_ok=True)
         socket.unlink(missing_ok=True)  # a previous run's socket
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         for handler in handlers:
             server.add_generic_rpc_handlers((handler,))
-        server.add_insecure_port(f"unix://{socket}")
+        try:
+            server.add_insecure_port(f"unix://{socket}")
+        except RuntimeError as exc:
+            raise PluginError(f"cannot listen on {socket}: {exc}") from exc
         server.start()
         return server
 
