@@ -123,3 +123,41 @@ def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
     half = pod_claim(client, namespace, "half")
     assert half is not None
     assert _allocation(half)["device"] == "gpu-0"
+
+
+def test_an_unhealthy_gpu_is_tainted_and_the_scheduler_keeps_new_claims_off_it(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    node = f"kwok-xid-{uuid.uuid4().hex[:6]}"
+    control_plane.add_kwok_node(node)
+    client.apply(device_class(), field_manager=FIELD_MANAGER)
+    backend = SimulatedBackend.from_spec("2xA10", node=node)
+    publisher = SlicePublisher(client, backend, node)
+    publisher.sync()
+    backend.inject_xid(backend.inventory()[0].uuid, 48)  # double-bit ECC: fatal
+    assert publisher.sync()
+    stored = client.get(f"/apis/resource.k8s.io/v1/resourceslices/{slice_name(node)}")
+    first, second = stored["spec"]["devices"]
+    assert first["taints"][0]["key"] == "gpu.gpupool.io/unhealthy"
+    assert first["taints"][0]["effect"] == "NoSchedule"
+    assert "taints" not in second
+
+    client.create(
+        client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace),
+        example("half-gpu-10gib.yaml", namespace),
+    )
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    for name in ("a", "b", "c"):
+        client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib", node))
+    for name in ("a", "b"):
+        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
+        claim = pod_claim(client, namespace, name)
+        assert claim is not None
+        assert _allocation(claim)["device"] == "gpu-1"
+
+    def unschedulable() -> dict | None:
+        c = condition(pod(client, namespace, "c"), "PodScheduled")
+        return c if c and c.get("reason") == "Unschedulable" else None
+
+    assert "cannot allocate all claims" in wait_for(unschedulable, "c unschedulable")["message"]
