@@ -250,3 +250,19 @@ class KubeletPlugin:
             if socket is not None:
                 socket.unlink(missing_ok=True)
         self._servers.clear()
+
+
+def registration_info(socket: Path, *, timeout_s: float = 10.0) -> str:
+    """The driver name a registration socket answers ``GetInfo`` with, as the kubelet asks it
+    (``gpupool precheck --kubernetes``)."""
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            get_info = channel.unary_unary(
+                f"/{REGISTRATION_SERVICE}/GetInfo",
+                request_serializer=reg.InfoRequest.SerializeToString,
+                response_deserializer=reg.PluginInfo.FromString,
+            )
+            info = get_info(reg.InfoRequest(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        raise PluginError(f"{socket} does not answer the kubelet's GetInfo: {exc}") from exc
+    return str(info.name)
