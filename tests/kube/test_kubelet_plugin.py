@@ -42,6 +42,11 @@ def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
                  reg.PluginInfo)  # fmt: skip
     assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(node.sockets.dra))
     assert list(info.supported_versions) == ["v1.DRAPlugin", "v1.DRAResourceHealth"]
+    status = reg.RegistrationStatus(plugin_registered=True)
+    call(node.sockets.registry, REGISTRATION_SERVICE, "NotifyRegistrationStatus", status,
+         reg.RegistrationStatusResponse)  # fmt: skip
+    assert node.plugin is not None
+    assert node.plugin.registration.registered.is_set()
 
     claim = scheduled_claim(control_plane, namespace, node.name)
     uid = claim["metadata"]["uid"]

@@ -137,8 +137,8 @@ class DraService:
                     item.health_check_timeout_seconds = int(HEALTH_RESEND_S * 3)
                     item.message = state.message
                 yield answer
-            if not self.board.wait_change(seen, HEALTH_RESEND_S):
-                seen = -1  # resend the same board as a beat
+            if not self.board.wait_change(seen, HEALTH_RESEND_S, self.stopping):
+                seen = -1  # resend the same board as a beat (or stop, at the loop's test)
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         dra_handlers = {
@@ -243,6 +243,7 @@ class KubeletPlugin:
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.dra.stopping.set()
+        self.dra.board.wake()  # health streams end now, not at their next beat
         # The registration socket first: the kubelet then stops calling.
         for server in reversed(self._servers):
             server.stop(grace_s).wait()

@@ -50,7 +50,14 @@ class HealthBoard:
         with self._cond:
             return self.version, tuple(self._states[k] for k in sorted(self._states))
 
-    def wait_change(self, seen: int, timeout_s: float) -> bool:
-        """Waits until the version passes ``seen``; ``False`` on timeout."""
+    def wait_change(self, seen: int, timeout_s: float, stop: threading.Event) -> bool:
+        """Waits until the version passes ``seen``; ``False`` on timeout or once ``stop`` is
+        set (and :meth:`wake` called)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.version != seen, timeout=timeout_s)
+            self._cond.wait_for(lambda: self.version != seen or stop.is_set(), timeout=timeout_s)
+            return self.version != seen and not stop.is_set()
+
+    def wake(self) -> None:
+        """Wakes every waiter to look at its stop event (the plugin is stopping)."""
+        with self._cond:
+            self._cond.notify_all()

@@ -80,13 +80,12 @@ class SlicePublisher:
             self.board.update({device_name(d.index): self._verdict(d.uuid) for d in self.inventory})
         gpus = published_gpus(self.inventory, self.groups, lost=self.lost, unhealthy=self.unhealthy)
         devices = resource_slice(self.node, gpus, 0, driver=self.driver)["spec"]["devices"]
-        applied = False
-        if devices != self._published:
-            self._apply(devices)
-            applied = True
-        for uuid in sorted(newly_lost):
+        for uuid in sorted(newly_lost):  # first: a failed apply below must not lose them
             self._event_lost(uuid)
-        return applied
+        if devices == self._published:
+            return False
+        self._apply(devices)
+        return True
 
     def _verdict(self, uuid: str) -> tuple[bool, str]:
         if uuid in self.lost:
