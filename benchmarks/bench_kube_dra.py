@@ -27,27 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.kube.cluster import KWOK_ANNOTATION, ControlPlane, find_binaries
+from tests.kube.cluster import ControlPlane, find_binaries, kwok_node
 
 from gpupool.gpu.simulated import SimulatedBackend
 from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import device_class
-
-
-def _node(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": name},
-        },
-        "status": {
-            "allocatable": {"cpu": "256", "memory": "2Ti", "pods": "500"},
-            "capacity": {"cpu": "256", "memory": "2Ti", "pods": "500"},
-        },
-    }
 
 
 def _template(namespace: str, compute: str, memory: str) -> dict[str, object]:
@@ -105,7 +89,7 @@ def main() -> int:
         client.apply(device_class(), field_manager="bench")
         names = [f"bench-{i:04d}" for i in range(args.nodes)]
         for name in names:
-            client.create("/api/v1/nodes", _node(name))
+            client.create("/api/v1/nodes", kwok_node(name, cpu="256", memory="2Ti", pods="500"))
         t0 = time.monotonic()
         spec = f"{args.gpus}x{args.model}"
         for name in names:

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.kube.cluster import KWOK_ANNOTATION, ControlPlane, find_binaries
+from tests.kube.cluster import ControlPlane, find_binaries, kwok_node
 
 from gpupool.domain.units import MILLI_PER_GPU
 from gpupool.gpu.base import DeviceInfo
@@ -68,20 +68,6 @@ def gpupool_packing(
             allocated += shape.total_milli
             placed += 1
     return allocated, placed
-
-
-def _node(record: NodeRecord) -> dict[str, Any]:
-    resources = {"cpu": f"{record.cpu_milli}m", "memory": f"{record.memory_mib}Mi", "pods": "1000"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": record.name,
-            "annotations": {KWOK_ANNOTATION: "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": record.name},
-        },
-        "status": {"allocatable": resources, "capacity": resources},
-    }
 
 
 def _slice(record: NodeRecord) -> dict[str, Any]:
@@ -150,7 +136,15 @@ def kube_packing(
     client = plane.client
     client.apply(device_class(), field_manager="bench")
     for record in nodes:
-        client.create("/api/v1/nodes", _node(record))
+        client.create(
+            "/api/v1/nodes",
+            kwok_node(
+                record.name,
+                cpu=f"{record.cpu_milli}m",
+                memory=f"{record.memory_mib}Mi",
+                pods="1000",
+            ),
+        )
         client.apply(_slice(record), field_manager="bench")
     client.create(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}

@@ -60,6 +60,21 @@ def find_binaries() -> Path | str:
     return Path(done.stdout.strip())
 
 
+def kwok_node(name: str, *, cpu: str, memory: str, pods: str = "110") -> dict[str, Any]:
+    """A Node object kwok takes (its annotation) with this allocatable capacity."""
+    resources = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name},
+        },
+        "status": {"allocatable": resources, "capacity": dict(resources)},
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -243,20 +258,7 @@ class ControlPlane:
 
     def add_kwok_node(self, name: str, *, cpu: str = "32", memory: str = "256Gi") -> dict[str, Any]:
         """A Node kwok plays the kubelet of; Ready once kwok has taken it."""
-        node = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_ANNOTATION: "fake"},
-                "labels": {"type": "kwok", "kubernetes.io/hostname": name},
-            },
-            "status": {
-                "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
-                "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
-            },
-        }
-        created = self.client.create("/api/v1/nodes", node)
+        created = self.client.create("/api/v1/nodes", kwok_node(name, cpu=cpu, memory=memory))
         wait_ready(
             lambda: self.node_ready(name), what=f"kwok node {name}", proc=self.procs["kwok"],
             log=self.log("kwok"), failsafe_s=START_FAILSAFE_S,

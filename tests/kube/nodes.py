@@ -9,9 +9,10 @@ from typing import Any
 import grpc
 
 from gpupool.gpu.simulated import SimulatedBackend
-from gpupool.kube.grpcapi import KubeletPlugin, PluginSockets
+from gpupool.kube.grpcapi import DRA_SERVICE, KubeletPlugin, PluginSockets
 from gpupool.kube.health import HealthBoard
 from gpupool.kube.plugin import ClaimPreparer
+from gpupool.kube.proto import dra_v1_pb2 as dra
 from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import device_class
 from gpupool.runtime.shim import job_env
@@ -90,3 +91,14 @@ def scheduled_claim(plane: ControlPlane, namespace: str, node: str) -> dict[str,
     claim = pod_claim(client, namespace, "app")
     assert claim is not None
     return claim
+
+
+def prepare(node: Node, namespace: str, claim: dict[str, Any]) -> tuple[Any, Any]:
+    """``NodePrepareResources`` of ``claim`` on the node's DRA socket: (request, answer)."""
+    uid, name = claim["metadata"]["uid"], claim["metadata"]["name"]
+    request = dra.NodePrepareResourcesRequest(
+        claims=[dra.Claim(namespace=namespace, uid=uid, name=name)]
+    )
+    answer = call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
+                  dra.NodePrepareResourcesResponse)  # fmt: skip
+    return request, answer

@@ -25,12 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.kube.grpcapi import DRA_SERVICE
-from gpupool.kube.proto import dra_v1_pb2 as dra
 from gpupool.runtime.shim import Region
 from tests.conftest import IN_CI
 from tests.kube.cluster import ControlPlane
-from tests.kube.nodes import Node, call, scheduled_claim
+from tests.kube.nodes import Node, prepare, scheduled_claim
 from tests.shim.helpers import Natives
 
 GIB = 1 << 30
@@ -110,11 +108,7 @@ def test_the_prepared_cdi_device_holds_a_cuda_program_in_podman_to_its_10_gib(
     try:
         claim = scheduled_claim(control_plane, namespace, node.name)
         uid = claim["metadata"]["uid"]
-        request = dra.NodePrepareResourcesRequest(
-            claims=[dra.Claim(namespace=namespace, uid=uid, name=claim["metadata"]["name"])]
-        )
-        answer = call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
-                       dra.NodePrepareResourcesResponse)  # fmt: skip
+        _, answer = prepare(node, namespace, claim)
         assert answer.claims[uid].error == ""
         (cdi_id,) = answer.claims[uid].devices[0].cdi_device_ids
         commands = f"init\nalloc {8 * GIB}\nalloc {4 * GIB}\nalloc {GIB}\n"

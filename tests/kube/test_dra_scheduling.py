@@ -35,6 +35,15 @@ FIELD_MANAGER = "gpupool-tests"
 pytestmark = pytest.mark.timeout(900)
 
 
+def _gpu_node(plane: ControlPlane, spec: str) -> tuple[str, SimulatedBackend, SlicePublisher]:
+    """A kwok node with simulated GPUs ``spec`` and gpupool's publisher for it (not synced)."""
+    node = f"kwok-{uuid.uuid4().hex[:8]}"
+    plane.add_kwok_node(node)
+    plane.client.apply(device_class(), field_manager=FIELD_MANAGER)
+    backend = SimulatedBackend.from_spec(spec, node=node)
+    return node, backend, SlicePublisher(plane.client, backend, node)
+
+
 def _allocation(claim: dict) -> dict:
     results = claim["status"]["allocation"]["devices"]["results"]
     assert len(results) == 1, results
@@ -45,10 +54,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     client = control_plane.client
-    node = f"kwok-a10-{uuid.uuid4().hex[:6]}"
-    control_plane.add_kwok_node(node)
-    client.apply(device_class(), field_manager=FIELD_MANAGER)
-    publisher = SlicePublisher(client, SimulatedBackend.from_spec("1xA10", node=node), node)
+    node, _, publisher = _gpu_node(control_plane, "1xA10")
     assert publisher.sync()
     stored = client.get(f"/apis/resource.k8s.io/v1/resourceslices/{slice_name(node)}")
     assert stored["spec"]["nodeName"] == node
@@ -96,12 +102,9 @@ def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
 ) -> None:
 
     client = control_plane.client
-    node = f"kwok-nvl-{uuid.uuid4().hex[:6]}"
-    control_plane.add_kwok_node(node)
-    client.apply(device_class(), field_manager=FIELD_MANAGER)
     # gpu-0: a T4 alone (nvlinkGroup -1); gpu-1 and gpu-2: two A100s joined by NVLink.
-    backend = SimulatedBackend.from_spec("1xT4,2xA100-80GB", node=node)
-    SlicePublisher(client, backend, node).sync()
+    node, _, publisher = _gpu_node(control_plane, "1xT4,2xA100-80GB")
+    publisher.sync()
     templates = client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace)
     for name in ("two-nvlinked-gpus.yaml", "half-gpu-10gib.yaml"):
         client.create(templates, example(name, namespace))
@@ -129,11 +132,7 @@ def test_an_unhealthy_gpu_is_tainted_and_the_scheduler_keeps_new_claims_off_it(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     client = control_plane.client
-    node = f"kwok-xid-{uuid.uuid4().hex[:6]}"
-    control_plane.add_kwok_node(node)
-    client.apply(device_class(), field_manager=FIELD_MANAGER)
-    backend = SimulatedBackend.from_spec("2xA10", node=node)
-    publisher = SlicePublisher(client, backend, node)
+    node, backend, publisher = _gpu_node(control_plane, "2xA10")
     publisher.sync()
     backend.inject_xid(backend.inventory()[0].uuid, 48)  # double-bit ECC: fatal
     assert publisher.sync()

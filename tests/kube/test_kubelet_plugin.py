@@ -26,7 +26,7 @@ from gpupool.kube.proto import registration_v1_pb2 as reg
 from gpupool.kube.slices import DRIVER
 from gpupool.runtime.shim import Region
 from tests.kube.cluster import ControlPlane
-from tests.kube.nodes import Node, call, scheduled_claim
+from tests.kube.nodes import Node, call, prepare, scheduled_claim
 
 GIB = 1 << 30
 
@@ -50,11 +50,7 @@ def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
 
     claim = scheduled_claim(control_plane, namespace, node.name)
     uid = claim["metadata"]["uid"]
-    request = dra.NodePrepareResourcesRequest(
-        claims=[dra.Claim(namespace=namespace, uid=uid, name=claim["metadata"]["name"])]
-    )
-    answer = call(node.sockets.dra, DRA_SERVICE, "NodePrepareResources", request,
-                   dra.NodePrepareResourcesResponse)  # fmt: skip
+    request, answer = prepare(node, namespace, claim)
     result = answer.claims[uid]
     assert result.error == ""
     (device,) = result.devices
