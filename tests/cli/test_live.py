@@ -484,7 +484,16 @@ def test_precheck_reports_server_and_token(pool_env: LocalPool, cli: Cli) -> Non
     ]
     full = cli("precheck", "--json")
     names = [c["name"] for c in json.loads(full.stdout)]
-    assert names == ["driver", "cuda-visible", "mps", "mig", "disk", "server", "token"]
+    assert names == [
+        "driver",
+        "cuda-visible",
+        "mps",
+        "mig",
+        "containers",
+        "disk",
+        "server",
+        "token",
+    ]
     bad = cli("precheck", "--only", "token", "--token", "gp_bad")
     assert bad.exit_code == 1
     assert bad.stdout.startswith("FAIL  token")

@@ -49,7 +49,7 @@ def test_an_unknown_schema_version_is_refused_with_advice(cp: ControlPlane) -> N
 def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
     # lease expiry, no nodes.agent_id, no memory oversubscription (pools) or spilled bytes
-    # (slices).
+    # (slices), no container engines (nodes) or container settings (pools).
     with cp.engine.begin() as conn:
         conn.execute(text("DROP TABLE uploads"))
         conn.execute(text("ALTER TABLE assignments DROP COLUMN stop_for"))
@@ -57,6 +57,9 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
         conn.execute(text("ALTER TABLE nodes DROP COLUMN agent_id"))
         conn.execute(text("ALTER TABLE pools DROP COLUMN memory_oversubscription"))
         conn.execute(text("ALTER TABLE slices DROP COLUMN spilled_bytes"))
+        conn.execute(text("ALTER TABLE nodes DROP COLUMN container_engines"))
+        conn.execute(text("ALTER TABLE pools DROP COLUMN container_engine"))
+        conn.execute(text("ALTER TABLE pools DROP COLUMN image_registries"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with pytest.raises(SchemaMismatch, match="gpupool server --migrate"):
         ensure_schema(cp.engine)
@@ -67,6 +70,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "expires" in {c["name"] for c in inspect(cp.engine).get_columns("leader")}
     assert "agent_id" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}
     assert "spilled_bytes" in {c["name"] for c in inspect(cp.engine).get_columns("slices")}
+    assert "image_registries" in {c["name"] for c in inspect(cp.engine).get_columns("pools")}
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

@@ -255,6 +255,7 @@ class Agent(Launcher):
                 mps=self.mps is not None, mig=bool(self._mig), shim=self.shim_refused is None
             ),
             labels=self.config.labels,
+            container_engines=self.containers.available(),
             pool=self.config.pool,
             agent_id=self.agent_id,
         )

@@ -31,6 +31,7 @@ from gpupool.agent.jobdir import (
     StopRequest,
     write_json,
 )
+from gpupool.agent.jobfiles import PREPARE_LOG, read_json
 from gpupool.runtime.cgroups import JobCgroups, open_cgroups
 from gpupool.runtime.procs import is_alive, marked
 
@@ -68,6 +69,20 @@ class Observed:
     stop_reason: str | None = None
     reason: str | None = None
     started_at: float | None = None
+    final: bool = False  # a boot failure no new attempt would escape (ProcessState.final)
+
+
+def _last_line(path: Path) -> str | None:
+    """The last line of a starting replica's ``prepare.log`` (a container's pull progress),
+    reported as its progress; ``None`` when there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:500] if lines else None
 
 
 class Executor:
@@ -120,14 +135,17 @@ class Executor:
             close_fds=True,
         )
 
-    def record_boot_failure(self, key: str, reason: str, assignment: dict[str, object]) -> None:
-        """Record a replica the agent refused to start (bad workdir, isolation unavailable)."""
+    def record_boot_failure(
+        self, key: str, reason: str, assignment: dict[str, object], *, final: bool = False
+    ) -> None:
+        """Record a replica the agent refused to start (bad workdir, isolation unavailable);
+        ``final``: no new attempt would escape it (see ProcessState.final)."""
         jd = self.jobdir(key)
         if jd.launch.exists():
             return
         jd.path.mkdir(parents=True, exist_ok=True)
         write_json(jd.assignment, assignment)
-        jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason))
+        jd.write_state(ProcessState(status=BOOT_FAILED, reason=reason, final=final or None))
         write_json(jd.launch, {"refused": True})
 
     def stop(self, key: str, *, reason: str, signal_name: str, grace_s: float) -> bool:
@@ -205,6 +223,7 @@ class Executor:
                 state.stop_reason,
                 state.reason,
                 state.started_at,
+                bool(state.final),
             )
         alive = (child is not None and child.returncode is None) or (
             state.supervisor_pid is not None
@@ -212,11 +231,13 @@ class Executor:
         )
         if alive:
             status = RUNNING if state.status == RUNNING else STARTING
-            return Observed(key, status, state.pid, started_at=state.started_at)
+            progress = _last_line(jd.path / PREPARE_LOG) if status == STARTING else None
+            return Observed(key, status, state.pid, reason=progress, started_at=state.started_at)
         # The supervisor died without a result: make sure nothing of the job is left.
         if state.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(state.pid, signal.SIGKILL)
+        self._run_cleanup(jd)  # a container's: remove it, as its supervisor would have
         lost = ProcessState(
             status=EXITED, pid=state.pid, started_at=state.started_at, reason=_SUPERVISOR_GONE
         )
@@ -224,6 +245,24 @@ class Executor:
         return Observed(
             key, EXITED, state.pid, reason=_SUPERVISOR_GONE, started_at=state.started_at
         )
+
+    def _run_cleanup(self, jd: JobDir) -> None:
+        """Run the launch record's ``cleanup`` steps (a container job's engine commands) for a
+        replica whose supervisor died before it could; each at most a minute, best effort."""
+        record = read_json(jd.launch) or {}
+        steps = record.get("cleanup") or []
+        env = record.get("env") if isinstance(record.get("env"), dict) else None
+        for argv in steps if isinstance(steps, list) else []:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired, TypeError, ValueError):
+                subprocess.run(
+                    [str(a) for a in argv],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=60,
+                    check=False,
+                )
 
     def forget(self, key: str) -> None:
         """Move a finished replica's folder to ``done/`` (the server acknowledged its end).

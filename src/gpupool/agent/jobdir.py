@@ -67,6 +67,10 @@ class LaunchSpec:
     uid: int | None = None  # run as this account (``None``: the supervisor's own)
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
+    #: A container job's steps (gpupool.containers.engines.ContainerPlan); empty for a bare one.
+    prepare: list[list[str]] = field(default_factory=list)
+    cleanup: list[list[str]] = field(default_factory=list)
+    boot_failure: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,6 +101,9 @@ class ProcessState:
     signal: str | None = None
     stop_reason: str | None = None
     reason: str | None = None
+    #: A boot failure every attempt would meet again (the image lacks the program, a mount the
+    #: job's account may not read): the server does not requeue the job for it.
+    final: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

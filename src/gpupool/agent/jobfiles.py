@@ -32,6 +32,7 @@ STATE = "state.json"
 STOP = "stop.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
+PREPARE_LOG = "prepare.log"
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 #: Seconds between the stop signal and ``SIGKILL``.
@@ -48,6 +49,12 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "uid": None,
     "gid": None,
     "groups": [],
+    # Containers (see gpupool.containers.engines.ContainerPlan): argv lists run before the
+    # program (a failure is a boot failure) and after it (always), and the program's exit codes
+    # that mean it never started (see gpupool.agent.supervisor).
+    "prepare": [],
+    "cleanup": [],
+    "boot_failure": {},
 }
 LAUNCH_REQUIRED = ("argv", "env", "cwd")
 
@@ -63,6 +70,7 @@ STATE_FIELDS = (
     "signal",
     "stop_reason",
     "reason",
+    "final",
 )
 
 
@@ -102,7 +110,7 @@ def launch_record(data: dict[str, Any]) -> dict[str, Any]:
             + (f": missing {', '.join(missing)}" if missing else "")
             + (f": unknown {', '.join(unknown)}" if unknown else "")
         )
-    return {**LAUNCH_DEFAULTS, "groups": [], **data}
+    return {**LAUNCH_DEFAULTS, "groups": [], "prepare": [], "cleanup": [], **data}
 
 
 def state_record(fields: dict[str, Any]) -> dict[str, Any]:

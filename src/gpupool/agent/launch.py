@@ -10,6 +10,7 @@ highest epoch seen is ignored). The replica's record (``assignment.json``) is wr
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import replace
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.agent import mpsplan
+from gpupool.agent.containerize import ContainerRoom, JobInputRefused
 from gpupool.agent.env import job_env, start_folder
 from gpupool.agent.executor import MARKER
 from gpupool.agent.gpurules import GpuRules, Replica
@@ -35,7 +37,7 @@ from gpupool.runtime.isolation import (
     resolve,
 )
 from gpupool.runtime.shim import MIB, RegionError, ShimIsolation
-from gpupool.schemas.agent import AssignmentSpec, ResizeOrder, StopOrder
+from gpupool.schemas.agent import AssignmentSpec, DeviceInfo, ResizeOrder, StopOrder
 
 log = logging.getLogger("gpupool.agent")
 
@@ -52,6 +54,12 @@ class Launcher(GpuRules):
     _device_memory: dict[str, int]  # device -> physical MiB
     _mig: set[str]  # devices that are MIG instances
     _shim_reserve: dict[str, int]  # device -> context reserve (bytes) for regions
+    devices: list[DeviceInfo]
+
+    @functools.cached_property
+    def containers(self) -> ContainerRoom:
+        """The node's container engines and CDI folder (checked on the first container job)."""
+        return ContainerRoom(self.config.state_dir)
 
     def apply_stop(self, order: StopOrder) -> bool:
         """Stop a replica; False when the order is stale or names nothing running."""
@@ -214,6 +222,21 @@ class Launcher(GpuRules):
             gid=account.gid if account is not None else None,
             groups=list(account.groups) if account is not None else [],
         )
+        if a.container is not None:  # the one seam: the same replica, in its image
+            try:
+                minors = [d.index for d in self.devices if d.uuid in a.device_uuids]
+                spec = self.containers.launch_spec(
+                    a, spec, isolation_env=ienv, device_minors=minors,
+                    checkpoint_dir=checkpoint_dir, account=account,
+                )  # fmt: skip
+            except (IsolationUnavailable, OSError) as exc:
+                self.replicas[a.assignment_id] = replica
+                self._end_shim(replica)
+                final = isinstance(exc, JobInputRefused)
+                self.executor.record_boot_failure(
+                    a.assignment_id, str(exc), self._record(replica), final=final
+                )
+                return True
         if dropped:
             replica.local_reason = f"reserved environment names ignored: {', '.join(dropped)}"
         if moved:

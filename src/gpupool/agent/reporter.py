@@ -100,6 +100,7 @@ def replica_status(
         stop_reason=stop_reason,
         isolation=isolation,
         reason=reason[:2000] if reason else None,
+        final=observed.final and state is ReplicaState.BOOT_FAILED,
         checkpoint_time=checkpoint_time,
         spilled_bytes=spilled_bytes,
     )

@@ -13,6 +13,15 @@ being restarted or killed. The supervisor:
 4. kills whatever is left of the group, and records the exit code or the signal that ended the
    job and the stop reason (``exited``).
 
+A container job (see :mod:`gpupool.containers.engines`) adds three things to the launch record,
+all engine commands the agent made: ``prepare`` steps run before the program (pull the image
+when the node lacks it, create the container; their stderr goes to ``prepare.log``, a failure
+is a boot failure with the engine's message, a stop request ends them), ``cleanup`` steps run
+after it however it ended (remove the container, so a ``SIGKILL`` of the attached engine client
+never leaves the container running), and ``boot_failure``: the exit codes and first words of
+stderr that mean the engine could not start the container's command (a missing entrypoint),
+recorded as a boot failure with the end of its stderr.
+
 The job is never relaunched: a supervisor runs its program once. ``SIGTERM`` to the supervisor
 itself stops the job like a ``cancel`` (so a supervisor is never orphaned from its job).
 
@@ -64,6 +73,30 @@ def _pump(source: IO[bytes], path: str, cap: int) -> None:
                 f"\n[gpupool: {stream} reached its cap of {cap} bytes (the agent's --log-cap); "
                 f"the {discarded} bytes written after byte {cap} were discarded]\n".encode()
             )
+
+
+def _tail(path: str, size: int = 1500) -> str:
+    """The last ``size`` bytes of ``path`` as text, its last lines whole ("" when none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            data = f.read()
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+def _never_ran(rule: dict[str, Any], code: int | None, stderr: str) -> str | None:
+    """The boot failure's reason when the program's end matches ``rule`` (a launch record's
+    ``boot_failure``: its program never started), else ``None``."""
+    if not rule or code is None or code == 0:
+        return None
+    tail = _tail(stderr)
+    starts = rule.get("stderr_starts", [])
+    if code in rule.get("exit_codes", []) or any(tail.startswith(s) for s in starts):
+        return f"{rule.get('what', 'the program did not start')}: {tail or f'exit {code}'}"
+    return None
 
 
 def _signal_number(name: str) -> int:
@@ -130,6 +163,17 @@ class Supervisor:
                 reason="stopped before its program started",
             )
             return 0
+        failed = self._prepare(spec)
+        if failed is not None:
+            stop_reason, reason = failed
+            self._cleanup(spec)
+            self._write(
+                status=EXITED if stop_reason else BOOT_FAILED,
+                stop_reason=stop_reason,
+                reason=reason,
+                ended_at=self.clock.now(),
+            )
+            return 0
         started_at = self.clock.now()
         try:
             account: dict[str, Any] = {}
@@ -154,6 +198,7 @@ class Supervisor:
             what = spec["argv"][0] if spec["argv"] else "(empty command)"
             hint = "check the program name and PATH" if isinstance(exc, FileNotFoundError) else ""
             why = exc.strerror if isinstance(exc, OSError) else None
+            self._cleanup(spec)
             self._write(
                 status=BOOT_FAILED,
                 reason=f"cannot start {what!r} in {spec['cwd']}: {why or exc}"
@@ -176,9 +221,17 @@ class Supervisor:
         waiter.start()
         stop_reason, kill_at = self._supervise(proc, spec)
         _killpg(proc.pid, signal.SIGKILL)  # leftovers of the group: free the GPU
+        self._cleanup(spec)
         for t in pumps:
             t.join(timeout=5.0)
         code = proc.returncode
+        never_ran = _never_ran(spec["boot_failure"], code, self._file(jobfiles.STDERR))
+        if stop_reason is None and never_ran is not None:
+            self._write(
+                status=BOOT_FAILED, pid=proc.pid, ended_at=self.clock.now(), reason=never_ran,
+                final=True,  # the image lacks the program: another attempt would fail the same
+            )  # fmt: skip
+            return 0
         self._write(
             status=EXITED,
             pid=proc.pid,
@@ -190,6 +243,59 @@ class Supervisor:
             reason="killed after its grace period" if kill_at == "killed" else None,
         )
         return 0
+
+    def _prepare(self, spec: dict[str, Any]) -> tuple[str | None, str] | None:
+        """Run the ``prepare`` steps; ``None`` when all succeeded, else (stop reason or
+        ``None``, why) for a stop request or a failed step."""
+        log = self._file(jobfiles.PREPARE_LOG)
+        for argv in spec["prepare"]:
+            try:
+                with open(log, "ab") as out:
+                    step = subprocess.Popen(
+                        argv,
+                        env=spec["env"],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,  # results (ids); messages are on stderr
+                        stderr=out,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+            except OSError as exc:
+                return (
+                    None,
+                    f"cannot run {argv[0]!r}: {exc.strerror or exc} (install it on the node)",
+                )
+            while step.poll() is None:
+                self.wake.wait(0.2)
+                self.wake.clear()
+                request = self._read_stop()
+                if request is None and self.terminate_requested:
+                    request = ("cancel", "SIGKILL", 0.0)
+                if request is not None:
+                    _killpg(step.pid, signal.SIGKILL)
+                    step.wait()
+                    return request[0], "stopped before its program started"
+            if step.returncode != 0:
+                why = _tail(log) or f"{argv[0]} ended with {step.returncode}"
+                return None, f"preparing the job failed: {why}"
+        return None
+
+    def _cleanup(self, spec: dict[str, Any]) -> None:
+        """Run the ``cleanup`` steps, each at most a minute, whatever they answer."""
+        for argv in spec["cleanup"]:
+            with (
+                contextlib.suppress(OSError, subprocess.TimeoutExpired),
+                open(self._file(jobfiles.PREPARE_LOG), "ab") as out,
+            ):
+                subprocess.run(
+                    argv,
+                    env=spec["env"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=out,
+                    timeout=60,
+                    check=False,
+                )
 
     def _wait_for(self, proc: subprocess.Popen[bytes]) -> None:
         proc.wait()

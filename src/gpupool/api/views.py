@@ -24,6 +24,7 @@ from gpupool.schemas.admin import (
     TokenView,
     UserView,
 )
+from gpupool.schemas.containers import container_wire
 from gpupool.schemas.jobs import FactorView, JobEventView, JobSliceView, JobView
 from gpupool.schemas.nodes import DeviceSliceView, DeviceView, NodeView, UsageLineView
 
@@ -62,6 +63,7 @@ def job_view(
         reason=job.reason,
         isolation=job.isolation.value if job.isolation else None,
         time_limit_s=spec.time_limit_s,
+        container=container_wire(spec.container),
         array_id=job.array.array_id if job.array else None,
         array_index=job.array.index if job.array else None,
         pending_reason=detail.pending_reason if detail else None,
@@ -146,6 +148,7 @@ def node_view(n: NodeInfo) -> NodeView:
         memory_mib=n.node.memory_mib,
         agent_version=n.agent_version,
         isolation_modes=list(n.isolation_modes),
+        container_engines=list(n.container_engines),
         last_heartbeat=n.last_heartbeat,
         labels=dict(n.node.labels),
         devices=[
@@ -162,6 +165,8 @@ def pool_view(p: Pool) -> PoolView:
         price_per_gpu_hour=dict(p.price_per_gpu_hour),
         default_price_per_gpu_hour=p.default_price_per_gpu_hour,
         memory_oversubscription=p.memory_oversubscription,
+        container_engine=p.container_engine,
+        image_registries=list(p.image_registries),
     )
 
 

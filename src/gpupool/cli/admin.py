@@ -98,6 +98,13 @@ def pools_set(  # noqa: PLR0917 - typer options
             "spill (to host memory)"
         ),
     ] = "fail",
+    container_engine: Annotated[
+        str | None, typer.Option(help="engine of --image jobs that name none: podman or docker")
+    ] = None,
+    image_registry: Annotated[
+        list[str] | None,
+        typer.Option(help="a registry images may come from, e.g. nvcr.io (repeat; none: any)"),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -114,6 +121,8 @@ def pools_set(  # noqa: PLR0917 - typer options
             price_per_gpu_hour=_prices(price or []),
             default_price_per_gpu_hour=default_price,
             memory_oversubscription=oversubscription,
+            container_engine=container_engine,
+            image_registries=image_registry or [],
         )
         _show(saved, render.pools_table([saved]), json_out)
 

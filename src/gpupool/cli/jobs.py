@@ -134,6 +134,11 @@ def build_submission(
     isolation: str | None,
     file: Path | None,
     export: str | None = None,
+    image: str | None = None,
+    container_mounts: list[str] | None = None,
+    container_workdir: str | None = None,
+    container_env: list[str] | None = None,
+    container_engine: str | None = None,
 ) -> dict[str, Any]:
     """The job-file mapping for ``submit``'s options (validated; raises SpecError).
 
@@ -169,6 +174,11 @@ def build_submission(
         "checkpoint.signal": checkpoint_signal,
         "checkpoint.grace": grace,
         "isolation": isolation,
+        "container.image": image,  # --image and --container-*: like pyxis's options
+        "container.mounts": ",".join(container_mounts) if container_mounts else None,
+        "container.workdir": container_workdir,
+        "container.env": _env_pairs(container_env) if container_env else None,
+        "container.engine": container_engine,
     }
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
@@ -255,6 +265,19 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
             "--export",
             help="your environment for the job: ALL (default), NONE, or NAME,NAME=value,...",
         ),
+    ] = None,
+    image: Annotated[str | None, typer.Option("--image", help="run it in this image")] = None,
+    container_mounts: Annotated[
+        list[str] | None, typer.Option("--container-mounts", help="SRC:DST[:ro],... (repeat)")
+    ] = None,
+    container_workdir: Annotated[
+        str | None, typer.Option("--container-workdir", help="start folder in the image")
+    ] = None,
+    container_env: Annotated[
+        list[str] | None, typer.Option("--container-env", help="NAME=VALUE in the image")
+    ] = None,
+    container_engine: Annotated[
+        str | None, typer.Option("--container-engine", help="podman or docker")
     ] = None,
     hold: Annotated[
         bool, typer.Option("-H", "--hold", help="submit it held: it waits for gpupool release")

@@ -11,6 +11,8 @@ the command exits 1 when any check failed, never for a warning.
 - ``cuda-visible``: ``CUDA_VISIBLE_DEVICES`` does not hide every GPU, and ``/dev/nvidia*`` exist;
 - ``mps``: ``nvidia-cuda-mps-control`` is on ``PATH`` (needed for the ``mps`` isolation mode);
 - ``mig``: which GPUs have MIG mode on;
+- ``containers``: the container engines (podman, docker) ``--image`` jobs can use, and what
+  each missing one lacks (the agent reports the same at registration);
 - ``disk``: at least 1 GiB free under ``$GPUPOOL_HOME`` (logs, checkpoints, SQLite);
 - ``server``: the server answers ``/healthz``;
 - ``token``: the token is accepted (``/v1/whoami``).
@@ -22,6 +24,7 @@ import enum
 import glob
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,7 @@ from gpupool.cli.session import JsonOpt, ServerOpt, TokenOpt, handle_errors, pri
 from gpupool.client.config import gpupool_home
 from gpupool.client.errors import ClientError
 from gpupool.client.sdk import Client
+from gpupool.containers.engines import detect, write_containers_conf
 
 MIN_FREE_MIB = 1024
 
@@ -175,12 +179,33 @@ def check_token(ctx: Context) -> Check:
     )
 
 
+def check_containers(ctx: Context) -> Check:
+    """The container engines ``--image`` jobs can use here, run as the agent runs them (its
+    ``containers.conf``), and what each missing one lacks."""
+    with tempfile.TemporaryDirectory() as folder:
+        conf = write_containers_conf(Path(folder))
+        env = {"PATH": os.environ.get("PATH", ""), "CONTAINERS_CONF": str(conf)}
+        checks = detect(env, deep=True)
+    have = [f"{c.name} {c.version or ''}".strip() for c in checks if c.available]
+    lacking = "; ".join(f"{c.name}: {c.missing}" for c in checks if not c.available)
+    if not have:
+        return Check(
+            "containers",
+            Status.WARN,
+            f"no container engine: --image jobs cannot run here ({lacking})",
+            "install podman and runc (docs/deploy.md, 'Container jobs') to run jobs in images",
+        )
+    detail = f"engines: {', '.join(have)}" + (f" (missing: {lacking})" if lacking else "")
+    return Check("containers", Status.PASS, detail)
+
+
 #: Every check, by name, in the order it runs.
 CHECKS: dict[str, Callable[[Context], Check]] = {
     "driver": check_driver,
     "cuda-visible": check_cuda_visible,
     "mps": check_mps,
     "mig": check_mig,
+    "containers": check_containers,
     "disk": check_disk,
     "server": check_server,
     "token": check_token,

@@ -261,6 +261,16 @@ def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> Rend
     if job.memory_oversubscription == "spill" or job.spilled_bytes:  # the pool's choice (shim)
         spilled = format_memory(-(-job.spilled_bytes // (1 << 20))) if job.spilled_bytes else "none"
         rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
+    c = job.container
+    if c is not None:  # submit --image: the image and what the job adds to it
+        extra = [
+            f"engine {c.engine}" if c.engine else "",
+            f"workdir {c.workdir}" if c.workdir else "",
+        ]
+        extra += [f"mount {m}" for m in c.mounts] + [f"env {k}" for k in sorted(c.env)]
+        rows.insert(
+            rows.index(("Command", command)), ("Image", "; ".join([c.image, *filter(None, extra)]))
+        )
     if job.state == "PENDING":
         rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
         est = job.estimated_start

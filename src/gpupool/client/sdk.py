@@ -85,6 +85,11 @@ OPTION_PATHS: dict[str, str] = {
     "checkpoint_signal": "checkpoint.signal",
     "grace": "checkpoint.grace",
     "isolation": "isolation",
+    "image": "container.image",  # run in an image: Client.submit(image=..., container_mounts=[...])
+    "container_mounts": "container.mounts",
+    "container_workdir": "container.workdir",
+    "container_env": "container.env",
+    "container_engine": "container.engine",
 }
 
 

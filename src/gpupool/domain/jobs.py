@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
@@ -157,6 +158,7 @@ class JobSpec:
     checkpoint_signal: str = "SIGTERM"
     grace_period_s: float = 30.0
     isolation: IsolationMode = IsolationMode.AUTO
+    container: ContainerSpec | None = None  # None: a bare process on the node
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

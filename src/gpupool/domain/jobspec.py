@@ -35,6 +35,9 @@ The job file format (every key but ``name`` and ``command``/``script`` is option
     env:
       WANDB_MODE: offline
     workdir: /data/experiments
+    container:             # run in an image (see gpupool.domain.containers)
+      image: nvcr.io/nvidia/pytorch:24.05-py3
+      mounts: [/data:/data:ro]
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from gpupool.domain.bounds import (
     MAX_EXEC_BYTES,
     exec_text,
 )
+from gpupool.domain.containers import KNOWN_KEYS as CONTAINER_KEYS
+from gpupool.domain.containers import build_container
 from gpupool.domain.errors import InvalidValue, Problem, SpecError
 from gpupool.domain.jobs import (
     IsolationMode,
@@ -99,6 +104,8 @@ KNOWN_KEYS: tuple[str, ...] = (
     "checkpoint.signal",
     "checkpoint.grace",
     "isolation",
+    "container",
+    *CONTAINER_KEYS,
 )
 _MAPPINGS = {"resources", "checkpoint", "env"}
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
@@ -372,6 +379,11 @@ def build_spec(
         else None
     )
 
+    container = None
+    if data.get("container") is not None:
+        container, problems = build_container(data["container"])
+        for key, message in problems:
+            c.add(key, message)
     if c.problems or res is None:
         raise SpecError(c.problems or [Problem("resources", "invalid", None, source)])
     return JobSpec(
@@ -393,6 +405,7 @@ def build_spec(
         checkpoint_signal=signal_name,
         grace_period_s=grace,
         isolation=isolation,
+        container=container,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpupool.domain.containers import ENGINE_NAMES
 from gpupool.domain.errors import InvalidValue
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
@@ -51,9 +52,14 @@ class Pool:
     price_per_gpu_hour: tuple[tuple[str, float], ...] = field(default=())
     default_price_per_gpu_hour: float = 0.0
     memory_oversubscription: str = "fail"
+    #: Container jobs (submit --image): the engine a job that names none runs with (``None``:
+    #: each node's first available), and the registries images may come from (empty: any).
+    container_engine: str | None = None
+    image_registries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate_name("pool", self.name)
+        check_container_settings(self.name, self.container_engine, self.image_registries)
         if self.memory_oversubscription not in OVERSUBSCRIPTION_CHOICES:
             raise InvalidValue(
                 f"pool {self.name}: memory_oversubscription {self.memory_oversubscription!r} is "
@@ -79,3 +85,23 @@ class Pool:
             if name.lower() == model.lower():
                 return price
         return self.default_price_per_gpu_hour
+
+
+_REGISTRY_RE = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+def check_container_settings(pool: str, engine: str | None, registries: tuple[str, ...]) -> None:
+    """A pool's container settings, or InvalidValue saying what to write."""
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise InvalidValue(
+            f"pool {pool}: container engine {engine!r} is not known: use one of "
+            f"{', '.join(ENGINE_NAMES)}",
+            field="container_engine",
+        )
+    for r in registries:
+        if not _REGISTRY_RE.match(r):
+            raise InvalidValue(
+                f"pool {pool}: image registry {r!r} is not a registry host: write e.g. "
+                "nvcr.io, registry.example.com:5000, *.example.com or localhost",
+                field="image_registries",
+            )

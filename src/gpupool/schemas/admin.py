@@ -31,6 +31,18 @@ class PoolView(WireModel):
         description="isolation shim: an allocation that fits the slice but not the GPU fails "
         "(fail) or is served from host memory (spill)",
     )
+    container_engine: str | None = Field(
+        default=None,
+        max_length=16,
+        description="engine of container jobs that name none (podman, docker); null: each "
+        "node's first available",
+    )
+    image_registries: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="registries images may come from (nvcr.io, *.example.com, localhost); "
+        "empty: any",
+    )
 
 
 class PutPoolRequest(WireModel):
@@ -43,6 +55,18 @@ class PutPoolRequest(WireModel):
         pattern="^(fail|spill)$",
         description="isolation shim: an allocation that fits the slice but not the GPU fails "
         "(fail) or is served from host memory (spill)",
+    )
+    container_engine: str | None = Field(
+        default=None,
+        max_length=16,
+        description="engine of container jobs that name none (podman, docker); null: each "
+        "node's first available",
+    )
+    image_registries: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="registries images may come from (nvcr.io, *.example.com, localhost); "
+        "empty: any",
     )
 
 

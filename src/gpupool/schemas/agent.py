@@ -43,6 +43,7 @@ import enum
 from pydantic import Field
 
 from gpupool.schemas.base import WireModel
+from gpupool.schemas.containers import ContainerWire
 
 #: What a slice does with an allocation that fits it but not the GPU's free memory (a pool's
 #: ``memory_oversubscription``): ``fail`` (out of memory) or ``spill`` (host memory, counted).
@@ -86,6 +87,11 @@ class RegisterRequest(WireModel):
         description=f"modes this node can enforce, among {', '.join(ISOLATION_MODES)}",
     )
     labels: dict[str, str] = Field(default_factory=dict)
+    container_engines: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="container engines this node can run jobs with (podman, docker)",
+    )
     pool: str | None = None
     agent_id: str | None = Field(
         default=None,
@@ -170,6 +176,11 @@ class ReplicaStatus(WireModel):
     stop_reason: StopReason | None = None
     isolation: str | None = Field(default=None, description="mode actually enforced")
     reason: str | None = Field(default=None, max_length=2000)
+    final: bool = Field(
+        default=False,
+        description="boot_failed only: every new attempt would fail the same way (the image "
+        "lacks the program, a mount the job's account may not read): the job is not requeued",
+    )
     isolation_reason: str | None = Field(
         default=None,
         max_length=2000,
@@ -262,6 +273,9 @@ class AssignmentSpec(WireModel):
     priority: int = 0
     preemptible: bool = False
     array: ArrayInfo | None = None
+    container: ContainerWire | None = Field(
+        default=None, description="run the command in this image (None: a bare process)"
+    )
 
 
 class StopOrder(WireModel):

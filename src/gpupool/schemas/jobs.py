@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from gpupool.schemas.base import WireModel
+from gpupool.schemas.containers import ContainerWire
 
 
 class SubmitJobRequest(WireModel):
@@ -137,6 +138,9 @@ class JobView(WireModel):
     )
     spilled_bytes: int = Field(default=0, description="the sum over its slices' spilled_bytes")
     priority_factors: list[FactorView] | None = None
+    container: ContainerWire | None = Field(
+        default=None, description="the image it runs in (submit --image); None: bare process"
+    )
 
 
 class SubmitJobResponse(WireModel):

@@ -46,6 +46,7 @@ class NodeView(WireModel):
     agent_version: str
     isolation_modes: list[str]
     last_heartbeat: float
+    container_engines: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     devices: list[DeviceView] = Field(default_factory=list)
 

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpupool.domain.arrays import ArrayTask
+from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
@@ -60,6 +61,7 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         "checkpoint_signal": spec.checkpoint_signal,
         "grace_period_s": spec.grace_period_s,
         "isolation": spec.isolation.value,
+        "container": spec.container.to_json() if spec.container is not None else None,
     }
 
 
@@ -91,6 +93,7 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         checkpoint_signal=data["checkpoint_signal"],
         grace_period_s=data["grace_period_s"],
         isolation=IsolationMode(data["isolation"]),
+        container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
     )
 
 
@@ -236,6 +239,8 @@ def pool_from_row(row: PoolModel) -> Pool:
         price_per_gpu_hour=tuple(sorted(row.prices.items())),
         default_price_per_gpu_hour=row.default_price,
         memory_oversubscription=row.memory_oversubscription,
+        container_engine=row.container_engine,
+        image_registries=tuple(row.image_registries or ()),
     )
 
 

@@ -44,6 +44,8 @@ class PoolModel(Base):
     prices: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
     default_price: Mapped[float] = mapped_column(Float, default=0.0)
     memory_oversubscription: Mapped[str] = mapped_column(String(8), default="fail")
+    container_engine: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    image_registries: Mapped[list[str]] = mapped_column(JSON, default=list)
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -119,6 +121,7 @@ class NodeModel(Base):
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     agent_version: Mapped[str] = mapped_column(String(64), default="")
     isolation_modes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    container_engines: Mapped[list[str]] = mapped_column(JSON, default=list)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     # The id of the agent that speaks for the node (None: an agent that sends none).

@@ -51,6 +51,8 @@ def put_pool(name: str, body: PutPoolRequest, svc: Svc, act: Act, response: Resp
         price_per_gpu_hour=tuple(sorted(body.price_per_gpu_hour.items())),
         default_price_per_gpu_hour=body.default_price_per_gpu_hour,
         memory_oversubscription=body.memory_oversubscription,
+        container_engine=body.container_engine,
+        image_registries=tuple(body.image_registries),
     )
     assert isinstance(pool, Pool)
     saved, created = svc.pools.put(act, pool)

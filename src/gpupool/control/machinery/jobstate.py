@@ -89,9 +89,16 @@ def attempt_outcome(assignments: list[AssignmentModel]) -> tuple[JobState, int |
 
 
 def finish_job(
-    session: Session, row: JobModel, outcome: JobState, now: float, **kw: object
+    session: Session,
+    row: JobModel,
+    outcome: JobState,
+    now: float,
+    *,
+    requeue: bool = True,
+    **kw: object,
 ) -> None:
-    """Move a job whose attempt ended to ``outcome`` (through RUNNING/COMPLETING as needed)."""
+    """Move a job whose attempt ended to ``outcome`` (through RUNNING/COMPLETING as needed);
+    ``requeue`` False: never back to the queue (a boot failure every attempt would meet)."""
     state = JobState(row.state)
     if state.is_terminal or state in (JobState.PENDING, JobState.REQUEUED):
         return  # already decided (e.g. cancelled while launching)
@@ -103,7 +110,8 @@ def finish_job(
     ):
         move(session, row, JobState.RUNNING, now, reason="started and ended between reports")
     move(session, row, outcome, now, **kw)  # type: ignore[arg-type]
-    requeue_if_allowed(session, row, now)
+    if requeue:
+        requeue_if_allowed(session, row, now)
 
 
 def release_slices(session: Session, assignment_ids: list[str]) -> None:

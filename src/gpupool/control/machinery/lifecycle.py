@@ -52,6 +52,7 @@ class Ending:
     signal: str | None = None
     reason: StopReason | None = None
     message: str | None = None
+    final: bool = False  # a boot failure no new attempt would escape: never requeued
 
     @property
     def clean(self) -> bool:
@@ -142,4 +143,5 @@ def _after_ending(
         reason=message or f"attempt ended: {outcome.value}",
         exit_code=code,
         signal=sig,
+        requeue=not any(e.final for _, e in mine),
     )

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.control.services.oversubscription import oversubscription_of
+from gpupool.control.services.oversubscription import container_engine_of, oversubscription_of
 from gpupool.domain.assignments import KILL_AT_ONCE, AssignmentState, StopPolicy, StopReason
 from gpupool.domain.jobs import Job
 from gpupool.schemas.agent import ArrayInfo, AssignmentSpec, GangInfo, StopOrder
 from gpupool.schemas.agent import StopReason as WireStopReason
+from gpupool.schemas.containers import container_wire
 from gpupool.store.mapping import job_from_row
 from gpupool.store.models import AssignmentModel, JobModel, NodeModel, SliceModel
 
@@ -179,6 +180,7 @@ def start_order(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSpec | 
             if array is not None
             else None
         ),
+        container=container_wire(spec.container, default_engine=container_engine_of(s, spec.pool)),
     )
 
 

@@ -37,6 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.control.context import ControlPlane
+from gpupool.domain.containers import registry_allowed
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.pools import DEFAULT_POOL
@@ -62,6 +63,7 @@ class NodeRoom:
     cpu_milli: int
     memory_mib: int
     devices: tuple[tuple[str, int, int], ...]
+    engines: tuple[str, ...] = ()  # container engines it registered with
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class PoolEnvelope:
     pool: str
     nodes: tuple[NodeRoom, ...]  # nodes with a device in the pool
     cpu_only: tuple[NodeRoom, ...] = ()  # GPU-less nodes (default pool only)
+    default_engine: str | None = None  # the pool's container_engine
+    registries: tuple[str, ...] = ()  # the pool's image_registries (empty: any)
     # (request, replicas) -> refusal: the tasks of an array share one answer.
     _memo: dict[tuple[ResourceRequest, int], str | None] = field(
         default_factory=dict, compare=False, repr=False
@@ -78,10 +82,48 @@ class PoolEnvelope:
 
     def refusal(self, spec: JobSpec) -> str | None:
         """Why no node of the pool could ever hold ``spec``; ``None`` when one could."""
+        engine = self.engine_refusal(spec)
+        if engine is not None:
+            return engine
         key = (spec.resources, spec.replicas)
         if key not in self._memo:
             self._memo[key] = self._refusal(spec)
         return self._memo[key]
+
+    def image_refusal(self, spec: JobSpec) -> str | None:
+        """Why the pool refuses the job's image (its registry is not on the pool's
+        allowlist); ``None`` when it takes it. Not waived by ``queue_anyway``."""
+        c = spec.container
+        if c is None or registry_allowed(c.image, self.registries):
+            return None
+        return (
+            f"image {c.image} comes from registry {c.registry}, which pool {self.pool} does not "
+            f"allow (its image_registries: {', '.join(self.registries)}): use an image from one "
+            f"of them, or ask an admin to allow it (gpupool pools set {self.pool} "
+            f"--image-registry {c.registry})"
+        )
+
+    def engine_refusal(self, spec: JobSpec) -> str | None:
+        """Why no node of the pool could run the job's container engine; ``None`` when one
+        could (or the job runs no container, or the pool has no node yet)."""
+        c = spec.container
+        nodes = self.nodes + self.cpu_only
+        if c is None or not nodes:
+            return None
+        engine = c.engine or self.default_engine
+        have = sorted({e for n in nodes for e in n.engines})
+        if (engine in have) if engine is not None else bool(have):
+            return None
+        what = f"container engine {engine}" if engine else "a container engine"
+        return (
+            f"no node of pool {self.pool} has {what} for image {c.image} (its nodes have "
+            f"{', '.join(have) or 'none'}; gpupool precheck on a node says what is missing): "
+            + (
+                f"choose another with --container-engine, or {QUEUE_ANYWAY}"
+                if have
+                else QUEUE_ANYWAY
+            )
+        )
 
     def _refusal(self, spec: JobSpec) -> str | None:
         r = spec.resources
@@ -213,6 +255,8 @@ def load_envelope(s: Session, pool: str) -> PoolEnvelope:
     """Read ``pool``'s envelope from the store."""
     row = s.get(PoolModel, pool)
     overcommit = row.memory_overcommit if row is not None else 1.0
+    engine = row.container_engine if row is not None else None
+    registries = tuple(row.image_registries or ()) if row is not None else ()
     devices: dict[str, list[tuple[str, int, int]]] = {}
     for node, model, mib in s.execute(
         select(DeviceModel.node, DeviceModel.model, DeviceModel.memory_mib).where(
@@ -223,14 +267,17 @@ def load_envelope(s: Session, pool: str) -> PoolEnvelope:
     with_gpus: list[NodeRoom] = []
     without: list[NodeRoom] = []
     gpu_nodes = set(s.scalars(select(DeviceModel.node).distinct()))
-    for name, cpu, mem in s.execute(
-        select(NodeModel.name, NodeModel.cpu_milli, NodeModel.memory_mib).order_by(NodeModel.name)
+    for name, cpu, mem, engines in s.execute(
+        select(
+            NodeModel.name, NodeModel.cpu_milli, NodeModel.memory_mib, NodeModel.container_engines
+        ).order_by(NodeModel.name)
     ):
+        have = tuple(engines or ())
         if name in devices:
-            with_gpus.append(NodeRoom(name, cpu, mem, tuple(devices[name])))
+            with_gpus.append(NodeRoom(name, cpu, mem, tuple(devices[name]), have))
         elif pool == DEFAULT_POOL and name not in gpu_nodes:
-            without.append(NodeRoom(name, cpu, mem, ()))
-    return PoolEnvelope(pool, tuple(with_gpus), tuple(without))
+            without.append(NodeRoom(name, cpu, mem, (), have))
+    return PoolEnvelope(pool, tuple(with_gpus), tuple(without), engine, registries)
 
 
 class EnvelopeCache:

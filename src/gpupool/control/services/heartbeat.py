@@ -47,6 +47,7 @@ from gpupool.store.models import (
     AssignmentModel,
     DeviceModel,
     EventModel,
+    JobEventModel,
     JobModel,
     NodeModel,
     SliceModel,
@@ -109,7 +110,7 @@ def _ending(rep: ReplicaStatus) -> Ending:
         reason = StopReason.parse(rep.stop_reason.value)
     else:
         reason = None
-    return Ending(rep.exit_code, rep.signal, reason, rep.reason)
+    return Ending(rep.exit_code, rep.signal, reason, rep.reason, final=rep.final)
 
 
 def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str | None:
@@ -138,6 +139,8 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None and job.state == JobState.CONFIGURING.value:
             move(s, job, JobState.RUNNING, now, reason=f"running on {node}")
             job.isolation = rep.isolation if rep.isolation in _ISOLATIONS else None
+    if rep.reason and rep.state is ReplicaState.STARTING:
+        _record_progress(s, a.job_id, rep.reason, now)
     if rep.isolation_reason and rep.state is ReplicaState.RUNNING:
         job = s.get(JobModel, a.job_id)  # shown while it runs (gpupool show, the job's view)
         if job is not None and job.state == JobState.RUNNING.value:
@@ -149,6 +152,18 @@ def _apply_replica(s: Session, node: str, rep: ReplicaStatus, now: float) -> str
         if job is not None:
             job.last_checkpoint_time = rep.checkpoint_time
     return None
+
+
+def _record_progress(s: Session, job_id: str, progress: str, now: float) -> None:
+    """A starting replica's progress (its container image's pull) as a job event and the
+    job's reason, once per new line."""
+    job = s.get(JobModel, job_id)
+    if job is None or job.state != JobState.CONFIGURING.value or job.reason == progress:
+        return
+    job.reason = progress
+    state = JobState.CONFIGURING.value
+    s.add(JobEventModel(job_id=job_id, time=now, source=state, target=state,
+                        version=job.version, reason=progress))  # fmt: skip
 
 
 def _stale_agent(req: HeartbeatRequest, epoch: int, interval_s: float) -> HeartbeatResponse:

@@ -345,8 +345,10 @@ class JobService:
                         f"priority class {spec.priority_class!r} does not exist: use one of {names}"
                     )
                     continue
-                if not item.queue_anyway:
-                    refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec)
+                room = envelopes(self.cp).get(s, spec.pool)
+                refusal = room.image_refusal(spec)  # containers: the allowlist, always
+                if refusal is not None or not item.queue_anyway:
+                    refusal = refusal or room.refusal(spec)
                     if refusal is not None:
                         outcomes[n] = Invalid(refusal)
                         continue

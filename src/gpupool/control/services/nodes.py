@@ -81,6 +81,7 @@ class NodeView:
     devices: tuple[Device, ...]
     slices: Mapping[str, tuple[DeviceSlice, ...]] = field(default_factory=dict)  # by uuid
     samples: Mapping[str, DeviceSample] = field(default_factory=dict)  # by device uuid
+    container_engines: tuple[str, ...] = ()
 
 
 def _device_slices(s: Session, principal: Principal) -> dict[str, tuple[DeviceSlice, ...]]:
@@ -153,6 +154,7 @@ class NodeService:
             node.labels = dict(req.labels)
             node.agent_version = req.agent_version
             node.isolation_modes = list(req.isolation_modes)
+            node.container_engines = list(req.container_engines)
             node.last_heartbeat = now
             if node.state == NodeState.DOWN.value or not node.state:
                 node.state = NodeState.UP.value
@@ -239,6 +241,7 @@ class NodeService:
                     devices=tuple(devices.get(n.name, ())),
                     slices={d.uuid: slices.get(d.uuid, ()) for d in devices.get(n.name, ())},
                     samples={d.uuid: samples[d.uuid] for d in devices.get(n.name, ())},
+                    container_engines=tuple(n.container_engines or ()),
                 )
                 for n in s.scalars(select(NodeModel).order_by(NodeModel.name))
             ]

@@ -28,6 +28,8 @@ def _validate(pool: Pool) -> Pool:
             price_per_gpu_hour=pool.price_per_gpu_hour,
             default_price_per_gpu_hour=pool.default_price_per_gpu_hour,
             memory_oversubscription=pool.memory_oversubscription,
+            container_engine=pool.container_engine,
+            image_registries=pool.image_registries,
         )
     except InvalidValue as exc:
         raise Invalid(exc.message) from None
@@ -66,6 +68,8 @@ class PoolService:
             row.prices = dict(pool.price_per_gpu_hour)
             row.default_price = pool.default_price_per_gpu_hour
             row.memory_oversubscription = pool.memory_oversubscription
+            row.container_engine = pool.container_engine
+            row.image_registries = list(pool.image_registries)
             audit.record(
                 s, actor, "pool.create" if created else "pool.update", now, target=pool.name
             )
