@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.gpu.base import DeviceInfo
-from gpupool.kube.cdi import cdi_device_id, claim_edits, device_nodes, write_spec
+from gpupool.kube.cdi import cdi_device_id, claim_edits, write_spec
 from gpupool.kube.claims import ClaimDevice, ClaimError, claim_devices
 from gpupool.kube.client import KubeClient, KubeError
 from gpupool.kube.slices import DRIVER, device_name
@@ -198,7 +198,8 @@ class ClaimPreparer:
             edits = claim_edits(
                 self.shim_env(region_path),
                 visible_devices=[info.uuid for info in infos],
-                device_nodes=device_nodes([info.index for info in infos]),
+                # NVML's index as the device minor (/dev/nvidiaN): equal on ordinary nodes.
+                minors=[info.index for info in infos],
             )
         except RegionError as exc:
             region_path.unlink(missing_ok=True)
