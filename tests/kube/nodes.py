@@ -20,6 +20,9 @@ from tests.kube.cluster import ControlPlane
 from tests.kube.objects import claim_pod, example, pod_claim, running_on, wait_for
 from tests.shim.helpers import Natives
 
+#: The context reserve the tests' plugin charges per process and GPU (bytes).
+CONTEXT = 256 << 20
+
 
 class Node:
     """A kwok node with gpupool's publisher and (re)startable kubelet plugin."""
@@ -57,6 +60,7 @@ class Node:
         preparer = ClaimPreparer(
             self.plane.client, self.name, self.backend.inventory(),
             state_dir=self.folder / "state", cdi_dir=self.cdi_dir, shim_env=shim_env,
+            context_reserves=dict.fromkeys((d.uuid for d in self.backend.inventory()), CONTEXT),
         )  # fmt: skip
         self.plugin = KubeletPlugin(preparer, self.board, self.sockets)
         self.plugin.start()

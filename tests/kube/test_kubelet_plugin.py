@@ -26,7 +26,7 @@ from gpupool.kube.proto import registration_v1_pb2 as reg
 from gpupool.kube.slices import DRIVER
 from gpupool.runtime.shim import Region
 from tests.kube.cluster import ControlPlane
-from tests.kube.nodes import Node, call, prepare, scheduled_claim
+from tests.kube.nodes import CONTEXT, Node, call, prepare, scheduled_claim
 
 GIB = 1 << 30
 
@@ -67,6 +67,7 @@ def test_prepare_makes_the_region_and_cdi_device_and_survives_a_restart(
         usage = region.read().device(gpu0.uuid)
     assert usage.mem_limit_bytes == 10 * GIB
     assert usage.sm_share_permille == 500
+    assert usage.context_reserve_bytes == CONTEXT  # charged inside the claim, as the agent does
 
     spec = json.loads(Path(prepared.cdi_spec).read_text())
     assert spec["kind"] == "gpu.gpupool.io/claim"

@@ -25,6 +25,7 @@ from gpupool.kube.plugin import ClaimPreparer
 from gpupool.kube.publisher import FIELD_MANAGER, SlicePublisher
 from gpupool.kube.slices import DRIVER, device_class
 from gpupool.runtime.shim import RegionError, job_env, real_driver, real_nvml
+from gpupool.runtime.shimreserve import ShimReserves
 
 log = logging.getLogger("gpupool.kube")
 
@@ -66,9 +67,17 @@ def main(argv: list[str] | None = None) -> int:
             )
         return job_env(region, driver, real_nvml=real_nvml())
 
+    driver = real_driver()
+    reserves = (
+        ShimReserves(plugin_dir / "shim-context.json", driver).for_devices(
+            d.uuid for d in backend.inventory() if not d.mig_enabled
+        )
+        if driver is not None and args.simulate is None
+        else {}
+    )
     preparer = ClaimPreparer(
         client, args.node, backend.inventory(),
-        state_dir=plugin_dir, cdi_dir=args.cdi_dir, shim_env=shim_env,
+        state_dir=plugin_dir, cdi_dir=args.cdi_dir, shim_env=shim_env, context_reserves=reserves,
     )  # fmt: skip
     sockets = PluginSockets(
         dra=plugin_dir / "dra.sock",

@@ -92,6 +92,7 @@ class ClaimPreparer:
         state_dir: Path,
         cdi_dir: Path,
         shim_env: ShimEnv,
+        context_reserves: Mapping[str, int] | None = None,
         driver: str = DRIVER,
     ) -> None:
         self.client = client
@@ -101,6 +102,9 @@ class ClaimPreparer:
         self.state_dir = state_dir
         self.cdi_dir = cdi_dir
         self.shim_env = shim_env
+        # GPU UUID -> bytes a process's first CUDA context takes there (runtime/shimreserve.py):
+        # charged inside the claim's memory, as the agent does for its own slices.
+        self.context_reserves = dict(context_reserves or {})
         self._lock = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
         (state_dir / "regions").mkdir(exist_ok=True)
@@ -189,6 +193,7 @@ class ClaimPreparer:
                 if d.memory_bytes is not None
                 else info.memory_mib * MIB,
                 sm_share_permille=d.compute_milli,
+                context_reserve_bytes=self.context_reserves.get(info.uuid, 0),
             )
             for d, info in zip(devices, infos, strict=True)
         ]
