@@ -82,14 +82,17 @@ def call(socket: Path, service: str, method: str, request: Any, response_type: A
         return call(request, timeout=60)
 
 
-def scheduled_claim(plane: ControlPlane, namespace: str, node: str) -> dict[str, Any]:
+def scheduled_claim(
+    plane: ControlPlane, namespace: str, node: str, template: str = "half-gpu-10gib"
+) -> dict[str, Any]:
+    """The claim of a pod using the example ``template``, once the scheduler placed the pod."""
     client = plane.client
     client.create(
         client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace),
-        example("half-gpu-10gib.yaml", namespace),
+        example(f"{template}.yaml", namespace),
     )
     client.create(
-        f"/api/v1/namespaces/{namespace}/pods", claim_pod("app", namespace, "half-gpu-10gib", node)
+        f"/api/v1/namespaces/{namespace}/pods", claim_pod("app", namespace, template, node)
     )
     wait_for(lambda: running_on(client, namespace, "app"), "the pod running")
     claim = pod_claim(client, namespace, "app")

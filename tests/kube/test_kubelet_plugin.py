@@ -27,6 +27,7 @@ from gpupool.kube.slices import DRIVER
 from gpupool.runtime.shim import Region
 from tests.kube.cluster import ControlPlane
 from tests.kube.nodes import CONTEXT, Node, call, prepare, scheduled_claim
+from tests.shim.helpers import Natives
 
 GIB = 1 << 30
 
@@ -155,3 +156,34 @@ def test_a_lost_gpu_is_withdrawn_with_an_event_and_reported_unhealthy(
     assert lost.uuid in events[0]["message"]
     assert events[0]["type"] == "Warning"
     assert not node.publisher.sync(), "nothing changed: nothing applied, no second event"
+
+
+def test_two_nvlinked_gpus_are_prepared_as_one_region_and_one_cdi_device(
+    control_plane: ControlPlane, namespace: str, natives: Natives, tmp_path: Path
+) -> None:
+    node = Node(control_plane, natives, tmp_path, "2xA100-80GB")
+    node.start_plugin()
+    try:
+        claim = scheduled_claim(control_plane, namespace, node.name, "two-nvlinked-gpus")
+        uid = claim["metadata"]["uid"]
+        _, answer = prepare(node, namespace, claim)
+        result = answer.claims[uid]
+        assert result.error == ""
+        assert sorted(d.device_name for d in result.devices) == ["gpu-0", "gpu-1"]
+        assert [list(d.cdi_device_ids) for d in result.devices] == [
+            [f"gpu.gpupool.io/claim={uid}"],
+            [],
+        ]  # one CDI device carries the claim's one region, listed once
+        assert node.plugin is not None
+        prepared = node.plugin.dra.preparer.prepared[uid]
+        gpus = node.backend.inventory()
+        with Region.open(Path(prepared.region), build=natives.shim) as region:
+            for gpu in gpus:  # whole GPUs: all the memory, no compute cap
+                usage = region.read().device(gpu.uuid)
+                assert usage.mem_limit_bytes == gpu.memory_mib << 20
+                assert usage.sm_share_permille == 1000
+        spec = json.loads(Path(prepared.cdi_spec).read_text())
+        env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        assert env["CUDA_VISIBLE_DEVICES"].split(",") == [g.uuid for g in gpus]
+    finally:
+        node.stop_plugin()
