@@ -147,13 +147,16 @@ def test_an_unhealthy_gpu_is_tainted_and_the_scheduler_keeps_new_claims_off_it(
         example("half-gpu-10gib.yaml", namespace),
     )
     pods_path = f"/api/v1/namespaces/{namespace}/pods"
-    for name in ("a", "b", "c"):
+    for name in ("a", "b"):
         client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib", node))
     for name in ("a", "b"):
         assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
         claim = pod_claim(client, namespace, name)
         assert claim is not None
         assert _allocation(claim)["device"] == "gpu-1"
+
+    # gpu-1 is full: a third claim only fits on the tainted gpu-0.
+    client.create(pods_path, claim_pod("c", namespace, "half-gpu-10gib", node))
 
     def unschedulable() -> dict | None:
         c = condition(pod(client, namespace, "c"), "PodScheduled")
