@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -188,12 +189,14 @@ def main() -> int:
     if not isinstance(bins, Path):
         print(f"error: {bins}", file=sys.stderr)
         return 1
-    plane = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="bench-pack-")))
+    folder = Path(tempfile.mkdtemp(prefix="bench-pack-"))
+    plane = ControlPlane(bins, folder)
     try:
         plane.start()
         theirs, placed, seconds = kube_packing(plane, nodes, pods)
     finally:
         plane.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     result = {
         "nodes": len(nodes),
         "gpus": capacity_milli // MILLI_PER_GPU,
