@@ -81,3 +81,7 @@ install_containers() {
 start_postgres
 install_chromium
 install_containers
+# The Kubernetes control plane of tests/kube (built from Go modules, cached; a no-op once built;
+# every core on a CI machine, GPUPOOL_K8S_BUILD_JOBS=1 on a shared one).
+GPUPOOL_K8S_BUILD_JOBS="${GPUPOOL_K8S_BUILD_JOBS:-$(nproc)}" \
+    bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/k8s-bins.sh" >/dev/null

@@ -219,6 +219,14 @@ def precheck(
     server: ServerOpt = None,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="also check the cluster for gpupool's DRA driver: API, DRA, consumable "
+            "capacity, DeviceClass, this node's kubelet plugin, CDI (gpupool.kube.precheck)",
+        ),
+    ] = False,
 ) -> None:
     """Check this machine: NVIDIA driver and NVML, CUDA visibility, MPS, MIG, disk, server, token.
 
@@ -231,6 +239,8 @@ def precheck(
       gpupool precheck
 
       gpupool precheck --only server --only token
+
+      gpupool precheck --kubernetes     # on a Kubernetes node (KUBECONFIG, NODE_NAME)
     """
     names = only or list(CHECKS)
     unknown = [n for n in names if n not in CHECKS]
@@ -245,6 +255,10 @@ def precheck(
         results = [CHECKS[n](ctx) for n in CHECKS if n in names]
     finally:
         client.close()
+    if kubernetes:
+        from gpupool.kube.precheck import run_checks
+
+        results += [Check(k.name, Status(k.status), k.detail, k.fix) for k in run_checks()]
     if json_out:
         print_json([r.__dict__ | {"status": r.status.value} for r in results])
     else:
