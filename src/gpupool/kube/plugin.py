@@ -203,8 +203,8 @@ class ClaimPreparer:
             edits = claim_edits(
                 self.shim_env(region_path),
                 visible_devices=[info.uuid for info in infos],
-                # NVML's index as the device minor (/dev/nvidiaN): equal on ordinary nodes.
-                minors=[info.index for info in infos],
+                # /dev/nvidiaN is the driver's minor number, not NVML's index.
+                minors=[info.device_node_minor for info in infos],
             )
         except RegionError as exc:
             region_path.unlink(missing_ok=True)
