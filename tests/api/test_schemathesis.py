@@ -70,6 +70,7 @@ def _fuzz(
 #: about a second alone. :func:`test_the_list_covers_every_operation` keeps the list whole.
 OPERATIONS = (
     "POST /v1/jobs",
+    "POST /v1/jobs/bulk",
     "GET /v1/jobs",
     "GET /v1/jobs/{job_id}",
     "PATCH /v1/jobs/{job_id}",

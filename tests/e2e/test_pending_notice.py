@@ -77,7 +77,10 @@ def test_allocate_says_why_it_waits_while_the_pool_is_full(
     def allocate() -> None:
         with Client(pool.url, token) as gp:
             try:
-                with gpupool.allocate(gpus=0.5, client=gp, hold="10m", timeout_s=300) as a:
+                # n1 and n2 both run on this machine: name the node this allocation is for
+                with gpupool.allocate(
+                    gpus=0.5, client=gp, hold="10m", timeout_s=300, node="n1"
+                ) as a:
                     got["job"] = a.job_id
             except Exception as exc:
                 got["error"] = exc

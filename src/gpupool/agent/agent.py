@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 from gpupool import __version__
 from gpupool.agent.dynuid import UidLeases, release_orphans, release_replica
 from gpupool.agent.executor import Executor
-from gpupool.agent.fence import Fence
+from gpupool.agent.fence import FENCE_AT, Fence
 from gpupool.agent.gpurules import Replica, shim_spilled
 from gpupool.agent.jobdir import (
     BOOT_FAILED,
@@ -439,7 +439,7 @@ class Agent(Launcher):
                 except ServerUnavailable as exc:
                     if not isinstance(exc, ServerSilent):
                         self.contact()  # an answer, even an error: not cut off
-                    delay = self.backoff.next_delay(exc.retry_after_s)
+                    delay = self._retry_wait(exc.retry_after_s)
                     if self.last_error is None:
                         log.warning("server unreachable (%s); jobs keep running, retrying", exc)
                     self.last_error = str(exc)
@@ -457,6 +457,16 @@ class Agent(Launcher):
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             self._sleep(stop, max(0.0, next_beat - mono()))
+
+    def _retry_wait(self, retry_after_s: float | None) -> float:
+        """The wait before the next try after an error answer: the backoff, at least a busy
+        server's ``Retry-After``, but never so long that the fence would count the wait as
+        silence: at most a third of the fence's threshold, so two tries land before it."""
+        delay = self.backoff.next_delay(retry_after_s)
+        timeout = self.fence.node_timeout_s
+        if timeout is not None:
+            delay = min(delay, FENCE_AT * timeout / 3.0)
+        return delay
 
     def _sleep(self, stop: threading.Event, until_beat_s: float) -> None:
         """Wait for the next round: ``local_tick_s`` while replicas need watching; with none,

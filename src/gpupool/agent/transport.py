@@ -91,7 +91,12 @@ def unavailable(message: str, exc: httpx.HTTPError) -> ServerUnavailable:
 
 
 class AgentRejected(GpupoolError):
-    """The server refused the agent (bad token, wrong role, bad request)."""
+    """The server refused the agent (bad token, wrong role, bad request); ``status_code`` is
+    the HTTP status of the refusal where there was one."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class Transport(Protocol):
@@ -246,7 +251,7 @@ class HttpTransport:
                 retry_after(response.headers.get("retry-after")),
             )
         if response.status_code >= 400:
-            raise AgentRejected(_refusal(path, response))
+            raise AgentRejected(_refusal(path, response), response.status_code)
         try:
             return read_answer(answer, response.json())
         except (ValidationError, ValueError) as exc:
@@ -263,7 +268,7 @@ class HttpTransport:
             if answer.want_full:
                 answer = self._beat(self.reports.outgoing(request, full=True))
         except AgentRejected as exc:
-            if not self.reports.enabled or "(422)" not in str(exc):
+            if not self.reports.enabled or exc.status_code != 422:
                 raise
             self.reports.enabled = False  # an older server refuses the delta fields
             answer = self._beat(request)  # plain full states from now on

@@ -9,7 +9,7 @@ them), and the agent hands the real driver's path to jobs. Both look, in order:
 4. the usual folders of distributions and of the NVIDIA container toolkit and GPU operator
    (``/usr/local/nvidia/lib64``, ``/run/nvidia/driver/...``, WSL's ``/usr/lib/wsl/lib``).
 
-A library inside a gpupool shim build (the façade itself) is never taken for the real one. The
+A library inside a shim build of gpupool (the façade itself) is never taken for the real one. The
 CUDA toolkit's link-time stubs (``.../stubs/libcuda.so``) are never taken either: they export
 the names but cannot run anything.
 """
@@ -37,7 +37,7 @@ USUAL_FOLDERS = (
 
 
 def _acceptable(path: Path) -> bool:
-    """A real library: not a gpupool façade (a ``facade`` folder of a shim build, which holds
+    """A real library: not the façade of gpupool (a ``facade`` folder of a shim build, which holds
     ``libgpupool_region.so`` beside it, wherever the build cache is), not a toolkit stub."""
     text = str(path)
     facade = (path.parent.parent / "libgpupool_region.so").exists()
