@@ -152,7 +152,10 @@ class ControlPlane:
         def healthy() -> bool:
             import httpx
 
-            answer = httpx.get(f"http://127.0.0.1:{self.etcd_port}/health", timeout=5)
+            try:  # not listening yet (refused) or too slow to answer: not ready yet
+                answer = httpx.get(f"http://127.0.0.1:{self.etcd_port}/health", timeout=5)
+            except httpx.HTTPError:
+                return False
             return answer.status_code == 200 and '"health":"true"' in answer.text
 
         self._wait("etcd", healthy)
