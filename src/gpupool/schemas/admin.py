@@ -6,6 +6,8 @@ prices are per whole GPU per hour in the pool's currency.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, field_validator
 
 from gpupool.domain.errors import InvalidValue
@@ -18,6 +20,32 @@ from gpupool.domain.tenants import (
 from gpupool.schemas.base import WireModel
 from gpupool.schemas.common import GpuHours, Price, QuotaMiB, QuotaMilli, WindowSeconds
 
+#: The pool settings a view shows and a PUT takes, each declared once.
+Oversubscription = Annotated[
+    str,
+    Field(
+        pattern="^(fail|spill)$",
+        description="isolation shim: an allocation that fits the slice but not the GPU fails "
+        "(fail) or is served from host memory (spill)",
+    ),
+]
+EngineName = Annotated[
+    str | None,
+    Field(
+        max_length=16,
+        description="engine of container jobs that name none (podman, docker); null: each "
+        "node's first available",
+    ),
+]
+Registries = Annotated[
+    list[str],
+    Field(
+        max_length=100,
+        description="registries images may come from (nvcr.io, *.example.com, localhost); "
+        "empty: any",
+    ),
+]
+
 
 class PoolView(WireModel):
     name: str
@@ -25,24 +53,9 @@ class PoolView(WireModel):
     memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     default_price_per_gpu_hour: float = Field(default=0.0, ge=0.0)
-    memory_oversubscription: str = Field(
-        default="fail",
-        pattern="^(fail|spill)$",
-        description="isolation shim: an allocation that fits the slice but not the GPU fails "
-        "(fail) or is served from host memory (spill)",
-    )
-    container_engine: str | None = Field(
-        default=None,
-        max_length=16,
-        description="engine of container jobs that name none (podman, docker); null: each "
-        "node's first available",
-    )
-    image_registries: list[str] = Field(
-        default_factory=list,
-        max_length=100,
-        description="registries images may come from (nvcr.io, *.example.com, localhost); "
-        "empty: any",
-    )
+    memory_oversubscription: Oversubscription = "fail"
+    container_engine: EngineName = None
+    image_registries: Registries = Field(default_factory=list)
 
 
 class PutPoolRequest(WireModel):
@@ -50,24 +63,9 @@ class PutPoolRequest(WireModel):
     memory_overcommit: float = Field(default=1.0, ge=1.0, le=4.0)
     price_per_gpu_hour: dict[str, Price] = Field(default_factory=dict)
     default_price_per_gpu_hour: Price = 0.0
-    memory_oversubscription: str = Field(
-        default="fail",
-        pattern="^(fail|spill)$",
-        description="isolation shim: an allocation that fits the slice but not the GPU fails "
-        "(fail) or is served from host memory (spill)",
-    )
-    container_engine: str | None = Field(
-        default=None,
-        max_length=16,
-        description="engine of container jobs that name none (podman, docker); null: each "
-        "node's first available",
-    )
-    image_registries: list[str] = Field(
-        default_factory=list,
-        max_length=100,
-        description="registries images may come from (nvcr.io, *.example.com, localhost); "
-        "empty: any",
-    )
+    memory_oversubscription: Oversubscription = "fail"
+    container_engine: EngineName = None
+    image_registries: Registries = Field(default_factory=list)
 
 
 class QuotaView(WireModel):
