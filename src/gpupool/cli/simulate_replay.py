@@ -40,6 +40,7 @@ from gpupool.sim.report import (
     write_plots,
 )
 from gpupool.sim.scenarios import get_scenario
+from gpupool.sim.trace_csv import parse_columns
 from gpupool.sim.traces import TraceOptions, load_cluster, load_trace
 
 
@@ -53,7 +54,12 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     trace: str = typer.Option(
         ...,
         help="pod list (.csv), Philly-derived *.trace or folder, a Slurm export "
-        "(sacct --parsable2), or synthetic:jobs=N,gpus=G",
+        "(sacct --parsable2), synthetic:jobs=N,gpus=G, or your own CSV with --columns",
+    ),
+    columns: str | None = typer.Option(
+        None,
+        help="read --trace as your own CSV: submit=COL,gpus=COL,duration=COL (or start=COL,"
+        "end=COL), optionally job=, team=, priority=, gpu_type=; or a YAML file of those pairs",
     ),
     cluster: str | None = typer.Option(
         None, help="node list (.csv), Gavel cluster spec (.json) or a size like 500xV100"
@@ -117,6 +123,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
             gpus_per_node=gpus_per_node,
             runtimes=runtimes,
             share_mix=share_mix,
+            columns=parse_columns(columns) if columns is not None else None,
         )
         quotas = parse_quotas(quota)
         if jobs_out is not None:

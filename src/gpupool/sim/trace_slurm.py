@@ -53,6 +53,7 @@ from gpupool.domain.errors import InvalidValue
 from gpupool.domain.pools import validate_name
 from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.sim.alibaba import TraceFormatError
+from gpupool.sim.leftout import LeftOut
 from gpupool.sim.workload import TraceJob, Workload, gang, trace_name
 
 NEEDED = ("jobid", "submit", "start", "end")
@@ -143,7 +144,6 @@ _Found = tuple[float, str, str, float, int, str | None, str]
 NEVER_STARTED = "never started"
 UNFINISHED = "unfinished"
 NO_GPU = "without a GPU"
-UNPARSEABLE = "unparseable"
 
 
 def _record(
@@ -234,37 +234,19 @@ def slurm_workload(
     columns, rows, width = _rows(path)
     share_rng = np.random.default_rng([seed, 1])
     mix = np.asarray(share_mix, dtype=np.int64) if share_mix else None
+    left = LeftOut(NEVER_STARTED, UNFINISHED, NO_GPU)
     found: list[_Found] = []
-    skipped = dict.fromkeys((NEVER_STARTED, UNFINISHED, NO_GPU, UNPARSEABLE), 0)
-    first_bad: TraceFormatError | None = None
     for line, fields in rows:
-        try:
-            record = _record(path, line, fields, columns, width)
-        except TraceFormatError as exc:
-            skipped[UNPARSEABLE] += 1
-            first_bad = first_bad or exc
-            continue
-        if isinstance(record, str):
-            skipped[record] += 1
-        elif record is not None:
+        record = left.read(lambda: _record(path, line, fields, columns, width))  # noqa: B023
+        if record is not None:
             found.append(record)
     if not found:
-        if first_bad is not None:
-            raise first_bad
-        raise TraceFormatError(
+        left.refuse_empty(
             path,
             "holds no GPU job that started and ended: check the window and that AllocTRES "
             "was exported",
-            line=None,
-            column=None,
         )
-    notes: list[str] = []
-    if first_bad is not None:
-        notes.append(f"{skipped[UNPARSEABLE]} unparseable rows left out, the first: {first_bad}")
     names = tenant_names([f[2] for f in found])
-    renamed = [f"{a} -> {n}" for a, n in names.items() if a != n]
-    if renamed:
-        notes.append("accounts renamed to tenant names: " + ", ".join(renamed))
     found.sort(key=lambda f: (f[0], f[1]))
     first = found[0][0]
     jobs: list[TraceJob] = []
@@ -289,4 +271,4 @@ def slurm_workload(
             )
         )
     name = trace_name(path.name, shares=mix is not None, time_scale=time_scale)
-    return Workload(name, tuple(jobs), skipped=skipped, notes=tuple(notes))
+    return Workload(name, tuple(jobs), skipped=left.counts, notes=left.notes(names, "accounts"))
