@@ -17,7 +17,7 @@ Fields (:data:`FIELDS`), the left side of a pair; the right side is a header nam
   one machine (``--gpus-per-node``) a gang of equal replicas;
 - the run time: ``duration`` (seconds), or ``start`` and ``end`` (the same time forms);
 - optional: ``job`` (an id; the line number when absent), ``team`` (``default`` when absent;
-  names gpupool cannot take are renamed as for Slurm accounts), ``priority`` (``low``,
+  names that are not valid tenant names are renamed as for Slurm accounts), ``priority`` (``low``,
   ``normal``, ``high``, else ``normal``; all but ``high`` preemptible), ``gpu_type`` (a model
   the job needs, e.g. ``A100``).
 

@@ -203,7 +203,7 @@ def _valid(name: str) -> bool:
 
 
 def tenant_names(accounts: Sequence[str]) -> dict[str, str]:
-    """Slurm account -> a valid gpupool tenant name (see the module docstring). Names already
+    """Slurm account -> a valid tenant name (see the module docstring). Names already
     valid are kept first, so a renamed account never takes one."""
     unique = sorted(set(accounts))
     names = {a: a for a in unique if _valid(a)}
