@@ -10,9 +10,11 @@ Words:
   (strict FIFO in ``static``) never blocks another's.
 - **shares**: a team's room is its guaranteed share when the workload (or ``--quota``) gives
   guarantees, else an equal part of the cluster. GPUs are counted out by largest remainder
-  (shares that do not divide evenly still add up to the cluster), and handed out in device
-  order (node by node), so a room is whole machines where the counts allow, contiguous
-  otherwise. A team whose share rounds to no GPU has an empty room: its jobs are rejected as
+  (shares that do not divide evenly still add up to the cluster), then handed out in two
+  passes: first every room takes as many whole machines as its size holds (so a gang that
+  fits the room's size fits its machines: a 32-GPU job in a 33-GPU room of 8-GPU machines),
+  then the GPUs left (of the machines not taken whole) fill each room's remainder, in device
+  order. A team whose share rounds to no GPU has an empty room: its jobs are rejected as
   fitting nowhere, and the report says so.
 """
 
@@ -63,13 +65,27 @@ def static_rooms(workload: Workload, cluster: SimCluster) -> Rooms:
         weights = dict.fromkeys(tenants, 1.0)
     sizes = room_sizes(weights, cluster.gpu_count)
     pool_of = {t: f"room-{i}" for i, t in enumerate(tenants, start=1)}
-    ordered = sorted(cluster.devices, key=lambda d: (d.node, d.index, d.uuid))
-    devices: list[Device] = []
+    machines: dict[str, list[Device]] = {}
+    for device in sorted(cluster.devices, key=lambda d: (d.node, d.index, d.uuid)):
+        machines.setdefault(device.node, []).append(device)
+    owner: dict[str, str] = {}  # device uuid -> tenant
+    left = dict(sizes)
+    free = list(machines.values())
+    for tenant in tenants:  # pass 1: whole machines
+        keep: list[list[Device]] = []
+        for machine in free:
+            if len(machine) <= left[tenant]:
+                owner.update((d.uuid, tenant) for d in machine)
+                left[tenant] -= len(machine)
+            else:
+                keep.append(machine)
+        free = keep
+    rest = [d for machine in free for d in machine]  # pass 2: the remainders, in order
     at = 0
     for tenant in tenants:
-        for device in ordered[at : at + sizes[tenant]]:
-            devices.append(replace(device, pool=pool_of[tenant]))
-        at += sizes[tenant]
+        owner.update((d.uuid, tenant) for d in rest[at : at + left[tenant]])
+        at += left[tenant]
+    devices = [replace(d, pool=pool_of[owner[d.uuid]]) for d in cluster.devices if d.uuid in owner]
     return Rooms(
         pool_of=pool_of,
         devices=tuple(devices),
