@@ -102,3 +102,18 @@ def test_post_returns_while_a_send_hangs(tmp_path: Path) -> None:
     release.set()
     notifier.close()
     assert sent == ["j1", "j1"]
+
+
+def test_a_job_without_mail_user_goes_to_the_servers_webhook(tmp_path: Path) -> None:
+    sent: list[str] = []
+    session = Session()
+    spec = JobSpec(name="train", command=("x",), mail_type=("BEGIN",))
+    moved(
+        Job(id="j2", spec=spec, tenant="t", user="ann", priority=500),
+        JobState.CONFIGURING, JobState.RUNNING,
+        session=session,
+    )  # fmt: skip
+    notifier = Notifier(settings(tmp_path), send=lambda n: sent.append(n.to))
+    notifier.post(session.info[NOTICES])
+    notifier.close()
+    assert sent == ["http://h/x"]  # --mail-webhook of settings()
