@@ -143,6 +143,8 @@ def build_submission(
     container_workdir: str | None = None,
     container_env: list[str] | None = None,
     container_engine: str | None = None,
+    mail_type: str | None = None,
+    mail_user: str | None = None,
 ) -> dict[str, Any]:
     """The job-file mapping for ``submit``'s options (validated; raises SpecError).
 
@@ -186,6 +188,8 @@ def build_submission(
         "container.workdir": container_workdir,
         "container.env": _env_pairs(container_env) if container_env else None,
         "container.engine": container_engine,
+        "mail_type": mail_type,  # sbatch --mail-type / --mail-user (gpupool.domain.mail)
+        "mail_user": mail_user,
     }
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
@@ -318,6 +322,16 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
     ] = None,
     exclude: Annotated[
         str | None, typer.Option("-x", "--exclude", help="never on these nodes: n3,n4")
+    ] = None,
+    mail_type: Annotated[
+        str | None,
+        typer.Option(
+            "--mail-type", help="notify when: BEGIN, END, FAIL, REQUEUE, ALL (joined by ',')"
+        ),
+    ] = None,
+    mail_user: Annotated[
+        str | None,
+        typer.Option("--mail-user", help="notify whom: an e-mail address or an https:// webhook"),
     ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,

@@ -191,6 +191,23 @@ def server(  # noqa: PLR0917 - one typer option per parameter
         help="CIDR,...: reverse proxies whose X-Forwarded-For names the caller in the audit "
         "log (default: none; the header is ignored)",
     ),
+    smtp_host: str | None = typer.Option(
+        None,
+        envvar="GPUPOOL_SMTP_HOST",
+        help="SMTP host that --mail-user ADDRESS notices are sent through (default: none)",
+    ),
+    smtp_port: int = typer.Option(25, envvar="GPUPOOL_SMTP_PORT", help="SMTP port"),
+    smtp_from: str = typer.Option(
+        "gpupool@localhost", envvar="GPUPOOL_SMTP_FROM", help="sender of notice e-mails"
+    ),
+    smtp_starttls: bool = typer.Option(
+        False, "--smtp-starttls", envvar="GPUPOOL_SMTP_STARTTLS", help="use STARTTLS"
+    ),
+    mail_webhook: str | None = typer.Option(
+        None,
+        envvar="GPUPOOL_MAIL_WEBHOOK",
+        help="URL that notices of jobs without --mail-user are POSTed to (JSON)",
+    ),
 ) -> None:
     """Run the control plane: REST API, store and scheduling loop.
 
@@ -211,6 +228,11 @@ def server(  # noqa: PLR0917 - one typer option per parameter
             metrics_token=metrics_token,
             metrics_tenants=metrics_tenants,
             trusted_proxies=tuple(p.strip() for p in trusted_proxies.split(",") if p.strip()),
+            smtp_host=smtp_host or None,
+            smtp_port=smtp_port,
+            smtp_from=smtp_from,
+            smtp_starttls=smtp_starttls,
+            mail_webhook=mail_webhook or None,
         )
     typer.echo(f"gpupool {__version__} server, home {settings.home}")
     serve(settings, log_level=log_level, workers=workers)

@@ -27,7 +27,9 @@ from gpupool.domain.units import parse_duration
 from gpupool.sim.alibaba import TraceFormatError
 from gpupool.sim.compare import run_scenarios
 from gpupool.sim.failures import random_failures
+from gpupool.sim.jobsout import check_path, write_jobs
 from gpupool.sim.metrics import summarise
+from gpupool.sim.quotas import apply_quotas, parse_quotas
 from gpupool.sim.replay import NodeFailure, ReplayOptions
 from gpupool.sim.report import (
     comparison_table,
@@ -38,6 +40,7 @@ from gpupool.sim.report import (
     write_plots,
 )
 from gpupool.sim.scenarios import get_scenario
+from gpupool.sim.trace_csv import parse_columns
 from gpupool.sim.traces import TraceOptions, load_cluster, load_trace
 
 
@@ -51,7 +54,12 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     trace: str = typer.Option(
         ...,
         help="pod list (.csv), Philly-derived *.trace or folder, a Slurm export "
-        "(sacct --parsable2), or synthetic:jobs=N,gpus=G",
+        "(sacct --parsable2), synthetic:jobs=N,gpus=G, or your own CSV with --columns",
+    ),
+    columns: str | None = typer.Option(
+        None,
+        help="read --trace as your own CSV: submit=COL,gpus=COL,duration=COL (or start=COL,"
+        "end=COL), optionally job=, team=, priority=, gpu_type=; or a YAML file of those pairs",
     ),
     cluster: str | None = typer.Option(
         None, help="node list (.csv), Gavel cluster spec (.json) or a size like 500xV100"
@@ -84,6 +92,15 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
     html: Path | None = typer.Option(None, help="write a self-contained HTML report here"),  # noqa: B008
     plots: Path | None = typer.Option(None, help="write PNG plots into this folder"),  # noqa: B008
     progress: bool = typer.Option(True, help="show a progress bar"),
+    quota: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--quota",
+        help="a team's quota for this replay, in GPUs: TEAM=GUARANTEED[:LIMIT] (repeat)",
+    ),
+    jobs_out: Path | None = typer.Option(  # noqa: B008
+        None,
+        help="write every job (team, submit, start, end, wait, nodes) here: .csv or .json",
+    ),
 ) -> None:
     """Replay a trace with arrivals and run times through the real scheduler.
 
@@ -106,7 +123,11 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
             gpus_per_node=gpus_per_node,
             runtimes=runtimes,
             share_mix=share_mix,
+            columns=parse_columns(columns) if columns is not None else None,
         )
+        quotas = parse_quotas(quota)
+        if jobs_out is not None:
+            check_path(jobs_out)
         workload, own_cluster = load_trace(trace, options)
         if max_jobs is not None:
             if max_jobs < 1:
@@ -126,6 +147,7 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
                 "spec or a size like 500xV100)",
                 field="cluster",
             )
+        workload = apply_quotas(workload, sim_cluster, quotas)
         failures: tuple[NodeFailure, ...] = ()
         if mtbf_s is not None:
             horizon = max((j.submit_time + j.work_s for j in workload.jobs), default=0.0)
@@ -175,6 +197,11 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
         "gpus": sim_cluster.gpu_count,
         "jobs": len(workload.jobs),
         "skipped": dict(workload.skipped),
+        "notes": list(workload.notes),
+        "quotas": {
+            q.tenant: {"guaranteed_milli": q.guaranteed_milli, "limit_milli": q.limit_milli}
+            for q in workload.quotas
+        },
         "seed": seed,
         "checkpoint_interval_s": checkpoint_s,
         "grace_period_s": grace_s,
@@ -191,6 +218,11 @@ def replay_command(  # noqa: PLR0917 - one parameter per command-line option
         write_html(html, summaries, results, extra)
     if plots is not None:
         write_plots(plots, results)
+    if jobs_out is not None:
+        rows = write_jobs(jobs_out, results)
+        typer.echo(f"{rows} job rows written to {jobs_out}", err=True)
+    for note in workload.notes:  # plain text: a quoted row is never wrapped or marked up
+        typer.echo(f"note: {note}", err=True)
     if json_out:
         import json
 

@@ -26,6 +26,7 @@ from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard, bump_versions
 from gpupool.control.machinery.reportbook import ReportBook
 from gpupool.control.machinery.settled import SettledNodes
+from gpupool.control.notify import NOTICES, Notifier
 from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
@@ -78,6 +79,7 @@ class ControlPlane:
         # In-memory copies for the hot path; services that change what they hold clear them.
         self.principals = PrincipalCache(settings.auth_cache_s)
         self.catalog = Catalog(settings.catalog_cache_s)
+        self.notifier = Notifier(settings)  # --mail-type notices, sent off the request path
 
     @property
     def sqlite(self) -> bool:
@@ -118,6 +120,9 @@ class ControlPlane:
                 nodes = session.info.pop(ORDER_NODES, None)
                 if nodes:
                     self.orders.announce(nodes)
+                notices = session.info.pop(NOTICES, None)
+                if notices:  # --mail-type: queued for the notifier's thread, never sent here
+                    self.notifier.post(notices)
         except (OperationalError, DBAPIError, PoolTimeout) as exc:
             if is_db_down(exc):
                 detail = type(exc.orig).__name__ if isinstance(exc, DBAPIError) else "timeout"
@@ -135,4 +140,5 @@ class ControlPlane:
             return False
 
     def close(self) -> None:
+        self.notifier.close()
         self.engine.dispose()

@@ -31,6 +31,10 @@
   default): the header is ignored and the connection's peer is the caller.
 - ``submit_batch``: the most submits written in one transaction (group commit);
   ``submit_writers``: how many such transactions may be under way at once.
+- ``smtp_host``, ``smtp_port``, ``smtp_from``, ``smtp_starttls``: where ``--mail-user ADDRESS``
+  notices are sent (``None``: no SMTP host; such a submit is refused, naming ``--smtp-host``);
+  ``mail_webhook``: the URL notices of jobs without ``--mail-user`` are POSTed to
+  (:mod:`gpupool.control.notify`).
 
 Every number is checked against its :class:`~gpupool.domain.bounds.Bound` (``SETTING_BOUNDS``)
 when the settings are built, and the node timeout must exceed the heartbeat interval: a
@@ -49,6 +53,7 @@ from pathlib import Path
 
 from gpupool.domain.bounds import Bound
 from gpupool.domain.errors import InvalidValue
+from gpupool.domain.mail import check_mail_settings
 from gpupool.store.db import resolve_home, resolve_url
 
 _DAY = 86400.0
@@ -69,6 +74,7 @@ SETTING_BOUNDS: dict[str, Bound] = {
     "catalog_cache_s": Bound("catalog cache", 0, _DAY, "s", "1 day", "use e.g. 5"),
     "submit_batch": Bound("submit batch", 1, 10_000, "", "10000", "use e.g. 64"),
     "submit_writers": Bound("submit writers", 1, 64, "", "64", "use e.g. 2"),
+    "smtp_port": Bound("SMTP port", 1, 65535, "", "65535", "use 25, 587 or 465"),
 }
 
 
@@ -100,6 +106,11 @@ class ServerSettings:
     metrics_token: bool = False
     metrics_tenants: bool = False
     trusted_proxies: tuple[str, ...] = ()
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    smtp_from: str = "gpupool@localhost"
+    smtp_starttls: bool = False
+    mail_webhook: str | None = None
     server_id: str = field(default_factory=_server_id)
 
     def __post_init__(self) -> None:
@@ -114,6 +125,7 @@ class ServerSettings:
                 ) from None
         for name, bound in SETTING_BOUNDS.items():
             bound.check(float(getattr(self, name)))
+        check_mail_settings(self.smtp_from, self.mail_webhook)
         if self.node_timeout_s <= self.heartbeat_interval_s:
             raise InvalidValue(
                 f"node timeout ({self.node_timeout_s:g} s) must be longer than the heartbeat "

@@ -166,6 +166,10 @@ class JobSpec:
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     container: ContainerSpec | None = None  # None: a bare process on the node
+    # sbatch --mail-type / --mail-user (gpupool.domain.mail): moments told, and to whom
+    # (an e-mail address or a webhook URL; None: the server's webhook).
+    mail_type: tuple[str, ...] = ()
+    mail_user: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

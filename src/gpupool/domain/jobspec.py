@@ -70,6 +70,7 @@ from gpupool.domain.jobs import (
     parse_signal,
     validate_env_name,
 )
+from gpupool.domain.mail import parse_mail_type, parse_mail_user
 from gpupool.domain.pools import validate_name
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.units import (
@@ -110,6 +111,9 @@ KNOWN_KEYS: tuple[str, ...] = (
     # sbatch --nodelist / --exclude
     "nodelist",
     "exclude",
+    # sbatch --mail-type / --mail-user (gpupool.domain.mail)
+    "mail_type",
+    "mail_user",
     "container",
     *CONTAINER_KEYS,
 )
@@ -417,6 +421,17 @@ def build_spec(
     if nodelist and exclude and set(nodelist) <= set(exclude):
         c.add("exclude", "excludes every node of nodelist: the job could run nowhere")
 
+    mail_type = (
+        c.parse("mail_type", data["mail_type"], parse_mail_type)
+        if data.get("mail_type") is not None
+        else ()
+    )
+    mail_user = (
+        c.parse("mail_user", data["mail_user"], parse_mail_user)
+        if data.get("mail_user") is not None
+        else None
+    )
+
     container = None
     if data.get("container") is not None:
         container, problems = build_container(data["container"])
@@ -447,6 +462,8 @@ def build_spec(
         nodelist=tuple(nodelist or ()),
         exclude=tuple(exclude or ()),
         container=container,
+        mail_type=tuple(mail_type or ()),
+        mail_user=mail_user,
     )
 
 

@@ -48,6 +48,7 @@ class JobOutcome:
     ``gpu_milli`` is over all replicas as replayed (rounded up in whole-GPU scenarios);
     ``used_milli_s`` is GPU-seconds used in milli-GPU·s; ``lost_work_s`` is seconds of work
     redone after interruptions and ``lost_milli_s`` the GPU share those seconds held.
+    ``nodes`` and ``devices`` are where its last run ran (replica order), empty if it never ran.
     """
 
     id: str
@@ -65,6 +66,8 @@ class JobOutcome:
     used_milli_s: float
     lost_work_s: float
     lost_milli_s: float
+    nodes: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
 
     @property
     def queueing_delay_s(self) -> float | None:
@@ -87,6 +90,8 @@ class SimJob:
         "end_time",
         "first_start",
         "job",
+        "last_devices",
+        "last_nodes",
         "lost_milli_s",
         "lost_work_s",
         "node_failures",
@@ -118,12 +123,16 @@ class SimJob:
         self.lost_work_s = 0.0
         self.lost_milli_s = 0.0
         self.outcome: str | None = None
+        self.last_nodes: tuple[str, ...] = ()
+        self.last_devices: tuple[str, ...] = ()
 
     def start(self, now: float, replicas: tuple[RunningReplica, ...]) -> None:
         self.run_start = now
         self.replicas = replicas
         self.run_milli = sum(r.gpu_milli for r in replicas)
         self.runs += 1
+        self.last_nodes = tuple(dict.fromkeys(r.node for r in replicas))
+        self.last_devices = tuple(d for r in replicas for d in r.devices)
         if self.first_start is None:
             self.first_start = now
 
@@ -160,4 +169,6 @@ class SimJob:
             used_milli_s=self.used_milli_s,
             lost_work_s=self.lost_work_s,
             lost_milli_s=self.lost_milli_s,
+            nodes=self.last_nodes,
+            devices=self.last_devices,
         )

@@ -54,6 +54,7 @@ from gpupool.sim.engine import Event, EventKind, EventQueue
 from gpupool.sim.jobstate import SimJob, last_checkpoint
 from gpupool.sim.options import NodeFailure, ReplayOptions, ReplayResult
 from gpupool.sim.recorder import Recorder
+from gpupool.sim.rooms import static_rooms
 from gpupool.sim.scenarios import Scenario
 from gpupool.sim.workload import SimCluster, Workload, equal_quotas
 
@@ -96,16 +97,23 @@ class Replay:
         self._pending: dict[str, Job] = {}
         self._running: dict[str, tuple[RunningReplica, ...]] = {}
         self._nodes = {n.name: n for n in cluster.nodes}
-        self._devices = {d.uuid: d for d in cluster.devices}
+        # static: every team in a pool of its own devices (gpupool.sim.rooms); else one pool.
+        self._pool = Pool(DEFAULT_POOL)
+        self._pools: tuple[Pool, ...] = (self._pool,)
+        self._pool_of: dict[str, str] = {}
+        devices = cluster.devices
+        if scenario.static:
+            rooms = static_rooms(workload, cluster)
+            self._pools, self._pool_of, devices = rooms.pools, rooms.pool_of, rooms.devices
+        self._devices = {d.uuid: d for d in devices}
         self._node_devices: dict[str, list[str]] = {}
-        for d in cluster.devices:
+        for d in devices:
             self._node_devices.setdefault(d.node, []).append(d.uuid)
         self._nodes_t = tuple(cluster.nodes)
-        self._devices_t = tuple(cluster.devices)
+        self._devices_t = tuple(devices)
         self._down: set[str] = set()
         self._used: dict[str, int] = dict.fromkeys(self._devices, 0)
         self._used_mem: dict[str, int] = dict.fromkeys(self._devices, 0)  # MiB
-        self._pool = Pool(DEFAULT_POOL)
         self._now = 0.0  # the instant of the cycle being applied
         self._busy = 0
         self._stranded = 0
@@ -245,7 +253,7 @@ class Replay:
             name=tj.id,
             command=("sim",),
             tenant=tj.tenant,
-            pool=DEFAULT_POOL,
+            pool=self._pool_of.get(tj.tenant, DEFAULT_POOL),
             priority_class=tj.priority_class,
             resources=tj.resources,
             replicas=tj.replicas,
@@ -372,9 +380,9 @@ class Replay:
             devices=self._devices_t,
             running=tuple(itertools.chain.from_iterable(self._running.values())),
             pending=tuple(self._pending.values()),
-            pools=(self._pool,),
+            pools=self._pools,
             tenants=self.workload.tenants,
-            quotas=self.workload.quotas,
+            quotas=() if self.scenario.static else self.workload.quotas,
             priority_classes=DEFAULT_PRIORITY_CLASSES,
             usage=self._usage,
         )

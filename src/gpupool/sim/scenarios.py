@@ -13,6 +13,9 @@ Words:
 
 Built-in scenarios (:data:`SCENARIOS`):
 
+- ``static``: the private rooms the seeds start from: each team owns its part of the cluster
+  (its guaranteed share, else an equal part; :mod:`gpupool.sim.rooms`) and its jobs run only
+  there, whole GPUs, FIFO per room, no sharing, no borrowing, no preemption.
 - ``exclusive``: whole GPUs, FIFO order, best-fit placement, no quotas, no preemption, no
   backfill (a blocked job at the head of the queue blocks everyone behind it).
 - ``pooled``: fractional slices, the placement registry's default (fragmentation-aware) policy,
@@ -38,6 +41,7 @@ class Scenario:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     whole_gpus: bool = False
     equal_quotas: bool = True
+    static: bool = False
 
     def with_placement(self, policy: str) -> Scenario:
         """The same scenario with another placement policy (named ``<name>+<policy>``)."""
@@ -67,6 +71,14 @@ SCENARIOS: dict[str, Scenario] = {
             _EXCLUSIVE_CONFIG,
             whole_gpus=True,
             equal_quotas=False,
+        ),
+        Scenario(
+            "static",
+            "each team on its own GPUs (a room each): whole GPUs, FIFO per room, no sharing",
+            _EXCLUSIVE_CONFIG,
+            whole_gpus=True,
+            equal_quotas=False,
+            static=True,
         ),
         Scenario(
             "exclusive-backfill",

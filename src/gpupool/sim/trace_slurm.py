@@ -20,7 +20,15 @@ Words and rules:
 - **times**: arrival is ``Submit`` minus the earliest ``Submit``; work is ``End - Start``. A job
   that never started or has not ended (``Unknown``, ``None``, empty) is left out, as the trace
   does not say how long it would run.
-- **teams**: the tenant is the ``Account`` (else the ``User``, else ``default``).
+- **what is left out is counted** in ``Workload.skipped`` (``never started``, ``unfinished``,
+  ``without a GPU``, ``unparseable``), and the replay's output says so. A row that cannot be
+  read (too few fields, a bad time or TRES, times out of order) is left out and counted; the
+  first one is quoted in ``Workload.notes`` with its line and column. A file with no usable row
+  is refused with its first row's error.
+- **teams**: the tenant is the ``Account`` (else the ``User``, else ``default``). Slurm allows
+  names gpupool's tenants do not (``ml_team``, ``Vision``): they are lower-cased with every other
+  character made ``-`` (``ml-team``), a note says which were renamed; two accounts that would
+  get one name keep apart by a numbered suffix.
 - **priority**: a ``QOS`` named like a gpupool class (``low``, ``normal``, ``high``) maps to it,
   anything else is ``normal``; jobs are preemptible except ``high`` ones (Slurm does not say
   which jobs could be checkpointed; as with the Philly traces, borrowing needs preemptible jobs).
@@ -29,7 +37,7 @@ Words and rules:
   asked for what they use?".
 
 CPU and host memory are not replayed (each replica asks for one CPU per GPU): the replay is
-about GPUs. Bad lines are refused with the file, line and column.
+about GPUs. Bad lines are counted and quoted with the file, line and column.
 """
 
 from __future__ import annotations
@@ -41,8 +49,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.pools import validate_name
 from gpupool.domain.tenants import DEFAULT_PRIORITY_CLASSES
 from gpupool.sim.alibaba import TraceFormatError
+from gpupool.sim.leftout import LeftOut
 from gpupool.sim.workload import TraceJob, Workload, gang, trace_name
 
 NEEDED = ("jobid", "submit", "start", "end")
@@ -97,7 +108,7 @@ def _gpus(path: Path, line: int, column: str, text: str) -> tuple[int, str | Non
     return total, (next(iter(typed)) if len(typed) == 1 else None)
 
 
-def _rows(path: Path) -> tuple[dict[str, int], list[tuple[int, list[str]]]]:
+def _rows(path: Path) -> tuple[dict[str, int], list[tuple[int, list[str]]], int]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
@@ -122,18 +133,90 @@ def _rows(path: Path) -> tuple[dict[str, int], list[tuple[int, list[str]]]]:
         )
     rows: list[tuple[int, list[str]]] = []
     for number, raw in enumerate(lines[1:], start=2):
-        if not raw.strip():
-            continue
-        fields = raw.split("|")
-        if len(fields) < len(header):
-            raise TraceFormatError(
-                path,
-                f"has {len(fields)} |-separated fields, the header has {len(header)}",
-                line=number,
-                column=None,
-            )
-        rows.append((number, fields))
-    return columns, rows
+        if raw.strip():
+            rows.append((number, raw.split("|")))
+    return columns, rows, len(header)
+
+
+_Found = tuple[float, str, str, float, int, str | None, str]
+
+#: ``Workload.skipped`` keys, in the order the output lists them.
+NEVER_STARTED = "never started"
+UNFINISHED = "unfinished"
+NO_GPU = "without a GPU"
+
+
+def _record(
+    path: Path, line: int, fields: list[str], columns: dict[str, int], width: int
+) -> _Found | str | None:
+    """One row as (submit, id, account, work, GPUs, model, QOS); a skip reason; ``None`` for a
+    job step. Raises :class:`TraceFormatError` for a row that cannot be read."""
+    if len(fields) < width:
+        raise TraceFormatError(
+            path, f"has {len(fields)} |-separated fields, the header has {width}", line=line,
+            column=None,
+        )  # fmt: skip
+
+    def cell(name: str) -> str:
+        index = columns.get(name)
+        return fields[index].strip() if index is not None else ""
+
+    job_id = cell("jobid")
+    if not job_id:
+        raise TraceFormatError(path, "the job has no id", line=line, column="JobID")
+    if "." in job_id:
+        return None  # a job step: its job is on its own line
+    tres = "alloctres" if "alloctres" in columns else "reqtres"
+    used = cell(tres) or cell("reqtres")
+    gpus, model = _gpus(path, line, "AllocTRES" if tres == "alloctres" else "ReqTRES", used)
+    if gpus == 0:
+        return NO_GPU
+    submit = _time(path, line, "Submit", cell("submit"))
+    start = _time(path, line, "Start", cell("start"))
+    end = _time(path, line, "End", cell("end"))
+    if submit is None:
+        raise TraceFormatError(path, "the job has no submit time", line=line, column="Submit")
+    if start is None:
+        return NEVER_STARTED
+    if end is None:
+        return UNFINISHED  # still running: its run time is not known
+    if end < start or start < submit:
+        raise TraceFormatError(
+            path,
+            "times are out of order: Submit <= Start <= End is expected",
+            line=line,
+            column="End" if end < start else "Start",
+        )
+    account = cell("account") or cell("user") or "default"
+    return (submit, job_id, account, end - start, gpus, model, cell("qos").lower())
+
+
+_BAD_CHARS = re.compile(r"[^a-z0-9-]+")
+
+
+def _valid(name: str) -> bool:
+    try:
+        validate_name("tenant", name)
+    except InvalidValue:
+        return False
+    return True
+
+
+def tenant_names(accounts: Sequence[str]) -> dict[str, str]:
+    """Slurm account -> a valid tenant name (see the module docstring). Names already
+    valid are kept first, so a renamed account never takes one."""
+    unique = sorted(set(accounts))
+    names = {a: a for a in unique if _valid(a)}
+    taken = set(names)
+    for account in (a for a in unique if a not in names):
+        base = _BAD_CHARS.sub("-", account.lower()).strip("-")[:60] or "account"
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base}-{number}"
+        names[account] = name
+        taken.add(name)
+    return names
 
 
 def slurm_workload(
@@ -148,55 +231,26 @@ def slurm_workload(
     if time_scale <= 0:
         raise ValueError("time_scale must be above 0 (1 replays the trace as it was)")
     path = Path(path)
-    columns, rows = _rows(path)
-    tres = "alloctres" if "alloctres" in columns else "reqtres"
-
-    def cell(fields: list[str], name: str) -> str:
-        index = columns.get(name)
-        return fields[index].strip() if index is not None else ""
-
+    columns, rows, width = _rows(path)
     share_rng = np.random.default_rng([seed, 1])
     mix = np.asarray(share_mix, dtype=np.int64) if share_mix else None
-    found: list[tuple[float, str, str, float, int, str | None, str]] = []
+    left = LeftOut(NEVER_STARTED, UNFINISHED, NO_GPU)
+    found: list[_Found] = []
     for line, fields in rows:
-        job_id = cell(fields, "jobid")
-        if not job_id:
-            raise TraceFormatError(path, "the job has no id", line=line, column="JobID")
-        if "." in job_id:
-            continue  # a job step: its job is on its own line
-        used = cell(fields, tres) or cell(fields, "reqtres")
-        gpus, model = _gpus(path, line, "AllocTRES" if tres == "alloctres" else "ReqTRES", used)
-        if gpus == 0:
-            continue
-        submit = _time(path, line, "Submit", cell(fields, "submit"))
-        start = _time(path, line, "Start", cell(fields, "start"))
-        end = _time(path, line, "End", cell(fields, "end"))
-        if submit is None:
-            raise TraceFormatError(path, "the job has no submit time", line=line, column="Submit")
-        if start is None or end is None:
-            continue  # never ran, or still running: its run time is not known
-        if end < start or start < submit:
-            raise TraceFormatError(
-                path,
-                "times are out of order: Submit <= Start <= End is expected",
-                line=line,
-                column="End" if end < start else "Start",
-            )
-        tenant = cell(fields, "account") or cell(fields, "user") or "default"
-        qos = cell(fields, "qos").lower()
-        found.append((submit, job_id, tenant, end - start, gpus, model, qos))
+        record = left.read(lambda: _record(path, line, fields, columns, width))  # noqa: B023
+        if record is not None:
+            found.append(record)
     if not found:
-        raise TraceFormatError(
+        left.refuse_empty(
             path,
             "holds no GPU job that started and ended: check the window and that AllocTRES "
             "was exported",
-            line=None,
-            column=None,
         )
+    names = tenant_names([f[2] for f in found])
     found.sort(key=lambda f: (f[0], f[1]))
     first = found[0][0]
     jobs: list[TraceJob] = []
-    for submit, job_id, tenant, work, gpus, model, qos in found:
+    for submit, job_id, account, work, gpus, model, qos in found:
         replicas, per = gang(gpus, gpus_per_node)
         milli = per * 1000
         if mix is not None and gpus == 1:
@@ -205,7 +259,7 @@ def slurm_workload(
         jobs.append(
             TraceJob(
                 id=job_id,
-                tenant=tenant,
+                tenant=names[account],
                 submit_time=(submit - first) / time_scale,
                 work_s=work,
                 gpu_milli=milli,
@@ -217,4 +271,4 @@ def slurm_workload(
             )
         )
     name = trace_name(path.name, shares=mix is not None, time_scale=time_scale)
-    return Workload(name, tuple(jobs))
+    return Workload(name, tuple(jobs), skipped=left.counts, notes=left.notes(names, "accounts"))

@@ -7,7 +7,12 @@ Trace kinds, in :data:`TRACE_KINDS` (chosen with ``kind:`` or recognised by the 
 - ``synthetic``: ``synthetic:jobs=100000,gpus=1000,tenants=4,load=0.9`` (every field of
   :class:`~gpupool.sim.trace_synthetic.SyntheticSpec` that is a number may be given);
 - ``slurm``: a ``sacct --parsable2`` export of a Slurm cluster's jobs (recognised by its
-  ``JobID|...`` header line, or ``slurm:PATH``), see :mod:`gpupool.sim.trace_slurm`.
+  ``JobID|...`` header line, or ``slurm:PATH``), see :mod:`gpupool.sim.trace_slurm`;
+- ``csv``: any CSV of jobs read through a column mapping (``--columns``, or ``csv:PATH``), see
+  :mod:`gpupool.sim.trace_csv`.
+
+A file read as one format that looks like another (by its first line) is refused before its
+reader runs, saying what it looks like and what to pass (:mod:`gpupool.sim.sniff`).
 
 Clusters: an Alibaba node list (``*.csv``), a Gavel cluster spec (``*.json``), or
 ``<GPUs>x<model>`` such as ``500xV100`` (machines of ``gpus_per_node``). A synthetic trace
@@ -17,12 +22,14 @@ brings its own cluster when none is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from gpupool.domain.errors import InvalidValue
+from gpupool.sim.sniff import check_format
 from gpupool.sim.trace_alibaba import alibaba_cluster, alibaba_workload
+from gpupool.sim.trace_csv import COLUMNS_USAGE, csv_workload
 from gpupool.sim.trace_philly import alibaba_share_mix, philly_cluster, philly_workload
 from gpupool.sim.trace_slurm import slurm_workload
 from gpupool.sim.trace_synthetic import SyntheticSpec, synthetic_cluster, synthetic_workload
@@ -41,6 +48,7 @@ class TraceOptions:
     gpus_per_node: int = 8
     runtimes: Path | None = None
     share_mix: Path | None = None
+    columns: Mapping[str, str] | None = None
 
 
 def _alibaba(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
@@ -109,6 +117,20 @@ def _slurm(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | N
     return workload, None
 
 
+def _csv(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
+    if not options.columns:
+        raise InvalidValue(
+            f"a CSV of your own needs its columns mapped: pass {COLUMNS_USAGE}", field="columns"
+        )
+    workload = csv_workload(
+        target,
+        options.columns,
+        gpus_per_node=options.gpus_per_node,
+        time_scale=options.time_scale,
+    )
+    return workload, None
+
+
 def _synthetic(target: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
     spec = parse_synthetic(target, options.seed)
     return synthetic_workload(spec), synthetic_cluster(spec)
@@ -122,6 +144,7 @@ TRACE_KINDS: dict[str, TraceLoader] = {
     "philly": _philly,
     "slurm": _slurm,
     "synthetic": _synthetic,
+    "csv": _csv,
 }
 
 
@@ -135,28 +158,39 @@ def _is_sacct(path: Path) -> bool:
     return "|" in first and first.split("|", 1)[0].strip().lower() in ("jobid", "jobidraw")
 
 
-def _kind_of(text: str) -> tuple[str, str]:
+def _kind_of(text: str, columns: bool) -> tuple[str, str]:
     kind, sep, rest = text.partition(":")
     if sep and kind in TRACE_KINDS:
+        if columns and kind != "csv":
+            raise InvalidValue(
+                f"--columns maps a CSV of your own, and {text!r} is read as {kind}: drop "
+                f"--columns, or pass --trace csv:{rest}",
+                field="columns",
+            )
         return kind, rest
+    if columns:
+        return "csv", text
     path = Path(text)
     if path.is_dir() or path.suffix == ".trace":
         return "philly", text
-    if path.suffix == ".csv":
-        return "alibaba", text
     if path.is_file() and _is_sacct(path):
         return "slurm", text
+    if path.suffix == ".csv":
+        return "alibaba", text
     raise InvalidValue(
         f"cannot tell what trace {text!r} is: give an Alibaba pod list (.csv), Philly-derived "
-        "*.trace files or their folder, a Slurm export (sacct --parsable2), or "
-        "synthetic:jobs=N,gpus=G (or prefix alibaba:/philly:/slurm:)",
+        "*.trace files or their folder, a Slurm export (sacct --parsable2), "
+        "synthetic:jobs=N,gpus=G, or a CSV of your own with --columns submit=COL,gpus=COL,"
+        "duration=COL (or prefix alibaba:/philly:/slurm:/csv:)",
         field="trace",
     )
 
 
 def load_trace(text: str, options: TraceOptions) -> tuple[Workload, SimCluster | None]:
     """The workload named by ``text`` and, for synthetic traces, its own cluster."""
-    kind, target = _kind_of(text)
+    kind, target = _kind_of(text, bool(options.columns))
+    if kind != "synthetic":
+        check_format(Path(target), kind)
     return TRACE_KINDS[kind](target, options)
 
 

@@ -101,7 +101,8 @@ class SimCluster:
 class Workload:
     """Trace jobs sorted by ``(submit_time, id)``, tenants, quotas and what was left out.
 
-    ``skipped`` maps a reason (``"never ran"``) to how many source records it excluded.
+    ``skipped`` maps a reason (``"never ran"``) to how many source records it excluded;
+    ``notes`` are what the adapter wants the reader told (a bad row quoted, names changed).
     """
 
     name: str
@@ -109,6 +110,7 @@ class Workload:
     tenants: tuple[Tenant, ...] = ()
     quotas: tuple[Quota, ...] = ()
     skipped: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.jobs, key=lambda j: (j.submit_time, j.id)))

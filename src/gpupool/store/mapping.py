@@ -65,6 +65,8 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         **({"dependency": spec.dependency.text()} if spec.dependency is not None else {}),
         **({"nodelist": list(spec.nodelist)} if spec.nodelist else {}),
         **({"exclude": list(spec.exclude)} if spec.exclude else {}),
+        **({"mail_type": list(spec.mail_type)} if spec.mail_type else {}),
+        **({"mail_user": spec.mail_user} if spec.mail_user is not None else {}),
         "container": spec.container.to_json() if spec.container is not None else None,
     }
 
@@ -100,6 +102,8 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         dependency=parse_dependency(data["dependency"]) if data.get("dependency") else None,
         nodelist=tuple(data.get("nodelist", ())),
         exclude=tuple(data.get("exclude", ())),
+        mail_type=tuple(data.get("mail_type", ())),
+        mail_user=data.get("mail_user"),
         container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
     )
 

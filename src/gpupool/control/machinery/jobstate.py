@@ -24,6 +24,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpupool.control.machinery.orders import mark
+from gpupool.control.notify import note
 from gpupool.domain.assignments import STOP_OUTCOME, AssignmentState, StopPolicy, StopReason
 from gpupool.domain.jobs import Job
 from gpupool.domain.states import JobState
@@ -61,6 +62,7 @@ def move(
     if target is not JobState.PENDING:
         row.pending_reason = None
     session.add(event_to_row(event))
+    note(session, new)  # --mail-type: told after the commit (gpupool.control.notify)
     return new
 
 

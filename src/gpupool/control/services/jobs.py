@@ -26,6 +26,7 @@ from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
 from gpupool.control.machinery.dependencies import unknown_targets
 from gpupool.control.machinery.jobstate import move
+from gpupool.control.notify import check_submit
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
 from gpupool.control.services.bulk import cancel_row
@@ -265,6 +266,9 @@ class JobService:
             spec = build_spec(data, source="request")
         except SpecError as exc:
             raise Invalid("; ".join(str(p) for p in exc.problems)) from None
+        unsendable = check_submit(spec, self.cp.settings)  # --mail-type with nowhere to go
+        if unsendable is not None:
+            raise Invalid(unsendable)
         return PendingSubmit(actor, spec, self._tenant_for(actor.principal, spec), idempotency_key)
 
     def _tenant_for(self, principal: Principal, spec: JobSpec) -> str:
