@@ -94,8 +94,9 @@ HeldEntry = tuple[RunningReplica, "tuple[Shape, Choice] | None", "Amounts | None
 #: ``releases`` entry: the replica and its timeline release.
 ReleaseEntry = tuple[RunningReplica, "Release"]
 
-#: ``shapes`` entry: the request and the integer shape of one of its replicas.
-ShapeEntry = tuple[ResourceRequest, Shape]
+#: ``shapes`` entry: the request, the isolation its job asks for and the integer shape of one of
+#: its replicas.
+ShapeEntry = tuple[ResourceRequest, str, Shape]
 
 
 @dataclass(eq=False)
