@@ -49,8 +49,9 @@ part                     remembers                        valid while
                          stopping: its timeline release   the replica; a stopping one ends at
                          (``running_releases``)           ``now`` + its grace, so is never kept)
 ``LayoutMemo.shapes``    per resource request: its        its layout (the shape's model mask
-                         integer shape (``ClusterCapacity depends on the layout's models)
-                         .shape_for``)
+                         integer shape under its job's    depends on the layout's models), and
+                         isolation (``ClusterCapacity     the same isolation (it says where the
+                         .shape_for``)                    replica's CUDA context lies)
 ``LayoutMemo.            per milli share: the ``[N, G]``  its layout (physical memory is static)
 proportional``           memory a proportional request
                          of that share needs
