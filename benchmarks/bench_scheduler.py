@@ -9,7 +9,14 @@ replicas placed, placements per second (replicas placed / cycle time), the same 
 the process's CPU time (less disturbed by other work on a shared machine) and the process's
 peak RSS. ``--json`` prints the same figures as JSON.
 
+``--context-reserve MIB`` makes every node register as one that does not offer the CUDA shim
+(modes ``exclusive``, ``soft``) with that context reserve on each GPU, so each sharing job
+(isolation ``auto``) keeps a context of headroom per replica: the packing path with headroom
+arrays (see ``gpupool.scheduling.layout``). Without it nodes register no modes and no headroom
+is kept, as before.
+
     .venv/bin/python benchmarks/bench_scheduler.py [--jobs 10000] [--repeat 3] [--json]
+        [--context-reserve 768]
 """
 
 from __future__ import annotations
@@ -53,11 +60,14 @@ MODEL_MEMORY = {
 TENANTS = ("team-a", "team-b", "team-c", "team-d")
 
 
-def build_snapshot(data: Path, n_jobs: int, seed: int) -> ClusterSnapshot:
+def build_snapshot(
+    data: Path, n_jobs: int, seed: int, reserve: int | None = None
+) -> ClusterSnapshot:
     nodes: list[Node] = []
     devices: list[Device] = []
     for rec in read_nodes(data / "openb_node_list_gpu_node.csv"):
-        nodes.append(Node(rec.name, rec.cpu_milli, rec.memory_mib))
+        modes = None if reserve is None else ("exclusive", "soft")
+        nodes.append(Node(rec.name, rec.cpu_milli, rec.memory_mib, isolation_modes=modes))
         for i in range(rec.gpu_count):
             model = rec.model or "unknown"
             devices.append(
@@ -67,6 +77,7 @@ def build_snapshot(data: Path, n_jobs: int, seed: int) -> ClusterSnapshot:
                     index=i,
                     model=model,
                     memory_mib=MODEL_MEMORY.get(model, 16384),
+                    context_reserve_mib=reserve,
                 )
             )
     pods = read_pods(data / "openb_pod_list_default.csv")
@@ -142,11 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--policy", action="append", help="only these policies (repeatable)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--context-reserve",
+        type=int,
+        metavar="MIB",
+        help="nodes without the shim, this context reserve per GPU (headroom per sharing job)",
+    )
     args = parser.parse_args(argv)
     if not (args.data / "openb_node_list_gpu_node.csv").is_file():
         print(f"Alibaba trace not found in {args.data}: pass --data DIR", file=sys.stderr)
         return 2
-    snapshot = build_snapshot(args.data, args.jobs, args.seed)
+    snapshot = build_snapshot(args.data, args.jobs, args.seed, args.context_reserve)
     policies = args.policy or list(policy_names())
     results = {p: measure(snapshot, p, args.repeat) for p in policies}
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

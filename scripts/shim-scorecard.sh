@@ -367,9 +367,9 @@ guarded("graph memory capped", "2, 0, 2, 0", graph_mem_row)
 
 
 def hook_table() -> list[tuple[str, str, int, int]]:
-    """(exported name, API name, first version, per-thread) of every hook in shim.c."""
+    """(exported name, API name, first version, per-thread) of every hook (gp_hooks.h)."""
     hooks = []
-    for line in (CSRC / "shim.c").read_text().splitlines():
+    for line in (CSRC / "gp_hooks.h").read_text().splitlines():
         line = line.strip()
         if line.startswith("X(cu"):
             parts = [p.strip().strip('"') for p in line[2:].split(")")[0].split(",")]

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
 
 from gpupool.agent.transport import AgentRejected, Backoff, HttpTransport, ServerUnavailable
-from gpupool.schemas.agent import HeartbeatRequest, HeartbeatResponse
+from gpupool.schemas.agent import (
+    DeviceInfo,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    RegisterRequest,
+)
 
 
 def transport_answering(status: int, body: object = None) -> HttpTransport:
@@ -134,3 +140,31 @@ def test_an_older_server_that_refuses_the_delta_fields_gets_plain_full_states() 
     for _ in range(2):
         assert t.heartbeat(HeartbeatRequest(node="n1", epoch=1)).epoch == 1
     assert ["seq" in b for b in bodies] == [True, False, False]
+
+
+def test_an_older_server_refusing_the_context_reserve_gets_the_registration_without_it() -> None:
+    bodies: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if any("context_reserve_mib" in d for d in body["devices"]):
+            return httpx.Response(422, json={"detail": "context_reserve_mib: extra fields"})
+        answer = {"node_id": "n1", "epoch": 1, "heartbeat_interval_s": 5.0}
+        return httpx.Response(200, json={**answer, "server_version": "0.1"})
+
+    t = HttpTransport("http://server:1/", "secret", transport=httpx.MockTransport(handler))
+    gpu = DeviceInfo(uuid="g0", index=0, model="A100", memory_mib=81920, context_reserve_mib=768)
+    request = RegisterRequest(
+        node="n1", cpu_milli=1000, memory_mib=1024, devices=[gpu], agent_version="x"
+    )
+    assert t.register(request).epoch == 1
+    assert [d["context_reserve_mib"] for d in bodies[0]["devices"]] == [768]
+    assert ["context_reserve_mib" in d for d in bodies[1]["devices"]] == [False]
+    # A device whose reserve is unknown goes without the field: an older server takes it at once.
+    bodies.clear()
+    unknown = request.model_copy(
+        update={"devices": [gpu.model_copy(update={"context_reserve_mib": None})]}
+    )
+    assert t.register(unknown).epoch == 1
+    assert len(bodies) == 1

@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpupool.shim.build import CSRC, elf_dynamic_names, forwarded_names, hooked_names
+from gpupool.shim.build import (
+    CSRC,
+    HOOK_TABLE,
+    elf_dynamic_names,
+    forwarded_names,
+    hooked_names,
+)
 
 
 def test_processes_building_at_once_share_one_build(tmp_path):
@@ -37,7 +43,7 @@ def test_the_facade_forwards_what_the_real_driver_exports(natives):
     exported = {n for n in elf_dynamic_names(natives.fake) if n.startswith("cu")}
     assert "cuDeviceGetDefaultMemPool" in exported
     forwarded = set(forwarded_names(natives.fake))
-    hooked = hooked_names((CSRC / "shim.c").read_text())
+    hooked = hooked_names((CSRC / HOOK_TABLE).read_text())
     assert exported - hooked <= forwarded
     assert not forwarded & hooked
     facade = set(elf_dynamic_names(natives.shim.facade))

@@ -50,7 +50,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
     # lease expiry, no nodes.agent_id, no memory oversubscription (pools) or spilled bytes
     # (slices), no container engines (nodes) or container settings (pools), no token parents,
-    # no nodes.orders_version.
+    # no nodes.orders_version, no devices.context_reserve_mib.
     with cp.engine.begin() as conn:
         conn.execute(text("DROP INDEX ix_tokens_parent_id"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN parent_id"))
@@ -64,6 +64,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
         conn.execute(text("ALTER TABLE pools DROP COLUMN container_engine"))
         conn.execute(text("ALTER TABLE pools DROP COLUMN image_registries"))
         conn.execute(text("ALTER TABLE nodes DROP COLUMN orders_version"))
+        conn.execute(text("ALTER TABLE devices DROP COLUMN context_reserve_mib"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with pytest.raises(SchemaMismatch, match="gpupool server --migrate"):
         ensure_schema(cp.engine)
@@ -77,6 +78,8 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "image_registries" in {c["name"] for c in inspect(cp.engine).get_columns("pools")}
     assert "parent_id" in {c["name"] for c in inspect(cp.engine).get_columns("tokens")}
     assert "orders_version" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}
+    devices = {c["name"] for c in inspect(cp.engine).get_columns("devices")}
+    assert "context_reserve_mib" in devices
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

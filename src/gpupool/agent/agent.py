@@ -181,6 +181,12 @@ class Agent(Launcher):
             parents = {d.uuid: d for d in self.inventory}
             for d in self.devices:
                 self._reserve[d.uuid] = reserves.reserve_mib(parents[d.mig_parent or d.uuid])
+        else:  # simulated GPUs whose spec says what a process holds beyond its slice
+            said = {d.uuid: d.context_reserve_mib for d in self.inventory}
+            for d in self.devices:
+                mib = said.get(d.mig_parent or d.uuid)
+                if mib is not None:
+                    self._reserve[d.uuid] = mib
         self._regions: dict[str, Region] = {}  # shim region path -> the mapped region
         if switches_account(config.run_as) and not os.environ.get(SHIM_DIR_ENV):
             # The build cache defaults to the agent's home (root's is private): its jobs' accounts
@@ -257,7 +263,10 @@ class Agent(Launcher):
             address=self.config.address or default_address(),
             cpu_milli=host_cpu_milli(),
             memory_mib=host_memory_mib(),
-            devices=self.devices,
+            devices=[  # with the reserve the scheduler keeps as headroom (scheduling.layout)
+                d.model_copy(update={"context_reserve_mib": self._reserve.get(d.uuid)})
+                for d in self.devices
+            ],
             agent_version=__version__,
             isolation_modes=offered_modes(
                 mps=self.mps is not None, mig=bool(self._mig), shim=self.shim_refused is None

@@ -197,6 +197,17 @@ def wire_body(req: HeartbeatRequest) -> dict[str, object]:
     return data
 
 
+def register_body(req: RegisterRequest, *, reserve: bool = True) -> dict[str, object]:
+    """A registration's JSON body; a device's ``context_reserve_mib`` only when known (and
+    ``reserve``): an older server refuses the field."""
+    data: dict[str, object] = req.model_dump(mode="json")
+    devices = data.get("devices")
+    for d in devices if isinstance(devices, list) else ():
+        if not reserve or d.get("context_reserve_mib") is None:
+            d.pop("context_reserve_mib", None)
+    return data
+
+
 class HttpTransport:
     """The real transport: one keep-alive ``httpx`` connection to the server."""
 
@@ -258,7 +269,16 @@ class HttpTransport:
             raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
 
     def register(self, request: RegisterRequest) -> RegisterResponse:
-        return self._post("/v1/agent/register", request, RegisterResponse)
+        try:
+            return self._post("/v1/agent/register", register_body(request), RegisterResponse)
+        except AgentRejected as exc:
+            if exc.status_code != 422 or not any(
+                d.context_reserve_mib is not None for d in request.devices
+            ):
+                raise
+            # An older server refuses the devices' context reserve: it assumes its own default.
+            body = register_body(request, reserve=False)
+            return self._post("/v1/agent/register", body, RegisterResponse)
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         """Send the full state ``request`` as :class:`Reports` decides (a delta when it can),

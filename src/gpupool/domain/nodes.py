@@ -36,7 +36,11 @@ class Device:
 
     ``compute_capability`` is ``(major, minor)`` or ``None`` when unknown; ``mig_parent`` is the
     UUID of the physical GPU for a MIG instance and ``None`` for a whole GPU; ``mig_profile`` is
-    the instance profile (``1g.10gb``) or ``None``.
+    the instance profile (``1g.10gb``) or ``None``. ``context_reserve_mib`` is what one process
+    holds on the device beyond the memory its framework allocates (its CUDA context, module
+    images, library workspaces), as the node measured it; ``None`` where the node did not say (an
+    agent older than the field): the scheduler then assumes
+    :data:`~gpupool.scheduling.layout.DEFAULT_CONTEXT_RESERVE_MIB`.
     """
 
     uuid: str
@@ -50,6 +54,7 @@ class Device:
     mig_parent: str | None = None
     mig_profile: str | None = None
     health: DeviceHealth = DeviceHealth.HEALTHY
+    context_reserve_mib: int | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -58,13 +63,18 @@ class Device:
 
 @dataclass(frozen=True)
 class Node:
-    """One agent's machine. CPU in milli-CPU, host memory in MiB."""
+    """One agent's machine. CPU in milli-CPU, host memory in MiB.
+
+    ``isolation_modes`` are the modes its agent offers (its registration), ``None`` for a node
+    that never registered one (a simulated cluster, a test).
+    """
 
     name: str
     cpu_milli: int
     memory_mib: int
     state: NodeState = NodeState.UP
     labels: tuple[tuple[str, str], ...] = ()
+    isolation_modes: tuple[str, ...] | None = None
 
     @property
     def schedulable(self) -> bool:

@@ -64,6 +64,9 @@ class DeviceInfo:
     NVLink, directly or through an NVSwitch. ``minor_number`` is the driver's minor number, the
     ``N`` of the GPU's device node ``/dev/nvidiaN``; NVML's index orders GPUs by PCI bus and
     need not equal it (``None``: not reported, as for simulated GPUs: the index stands in).
+    ``context_reserve_mib`` is what a simulated GPU says one process holds beyond its slice (its
+    spec's ``context_reserve``); a real GPU's is measured by the agent (:mod:`gpupool.gpu.context`)
+    and this stays ``None``.
     """
 
     uuid: str
@@ -80,6 +83,7 @@ class DeviceInfo:
     mig_instances: tuple[MigInstance, ...] = ()
     nvlink_peers: tuple[str, ...] = ()
     minor_number: int | None = None
+    context_reserve_mib: int | None = None
 
     @property
     def device_node_minor(self) -> int:

@@ -12,6 +12,12 @@ ending in ``.yaml``/``.yml``) may list devices and invent models::
     devices:
       - {model: A100-80GB, count: 4}
       - {name: "Lab GPU", memory: 24GiB, sm_count: 48, tdp_w: 200, count: 2}
+      - {model: H200, count: 1, context_reserve: 600MiB}
+
+``context_reserve`` is what one process holds on the device beyond its slice (a real agent
+measures it, :mod:`gpupool.gpu.context`); the agent reports it to the server, which keeps that
+much headroom per replica whose isolation leaves the context outside its slice. Unset, the
+agent reports none and the server assumes its default.
 
 **Telemetry**: each placed job contributes its declared :class:`SyntheticLoad` or, by default,
 ``DEFAULT_UTILIZATION`` of its compute share and ``DEFAULT_MEMORY_FILL`` of its memory slice.
@@ -68,6 +74,7 @@ class SimDeviceSpec:
 
     model: GpuModel
     nvlink_group: int | None = None
+    context_reserve_mib: int | None = None  # what one process holds beyond its slice, if said
 
 
 def parse_simulate_spec(text: str) -> tuple[SimDeviceSpec, ...]:
@@ -142,7 +149,12 @@ def load_simulate_yaml(path: Path) -> tuple[tuple[SimDeviceSpec, ...], int | Non
             if entry.get("nvlink", count > 1 and model.name.lower().startswith(_SXM_FAMILIES))
             else None
         )
-        specs.extend(SimDeviceSpec(model, nvlink) for _ in range(count))
+        reserve = (
+            parse_memory(entry["context_reserve"], field=f"{where}.context_reserve")
+            if "context_reserve" in entry
+            else None
+        )
+        specs.extend(SimDeviceSpec(model, nvlink, reserve) for _ in range(count))
     seed = data.get("seed")
     return tuple(specs), None if seed is None else int(seed)
 
@@ -198,6 +210,7 @@ class SimulatedBackend:
                     memory_mib=spec.model.memory_mib,
                     compute_capability=spec.model.compute_capability,
                     pci_bus_id=f"00000000:{0x10 + index:02X}:00.0",
+                    context_reserve_mib=spec.context_reserve_mib,
                     sm_count=spec.model.sm_count,
                     power_limit_w=spec.model.tdp_w,
                     slowdown_temp_c=spec.model.slowdown_temp_c,

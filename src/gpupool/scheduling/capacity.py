@@ -28,7 +28,14 @@ import numpy as np
 from gpupool.domain.nodes import allowed_model, is_mig_model
 from gpupool.domain.resources import ResourceRequest
 from gpupool.scheduling.memo import Amounts, LayoutMemo, SchedulerMemo
-from gpupool.scheduling.placement.base import BoolArray, CapacityArrays, Choice, IntArray, Shape
+from gpupool.scheduling.placement.base import (
+    BoolArray,
+    CapacityArrays,
+    Choice,
+    IntArray,
+    Shape,
+    context_of,
+)
 from gpupool.scheduling.snapshot import ClusterSnapshot, RunningReplica
 
 
@@ -56,6 +63,8 @@ def pool_view(
         gpu_count=mask.sum(axis=1).astype(np.int64) if gpu_count is None else gpu_count,
         physical_mem=base.physical_mem,
         slot_model=base.slot_model,
+        context_mem=base.context_mem,
+        auto_context_mem=base.auto_context_mem,
     )
     view.share_cache(base)
     return view
@@ -136,8 +145,9 @@ class ClusterCapacity:
             self._models_cache[key] = found
         return found
 
-    def shape_of(self, request: ResourceRequest) -> Shape:
-        """The integer shape of one replica of ``request``."""
+    def shape_of(self, request: ResourceRequest, isolation: str = "auto") -> Shape:
+        """The integer shape of one replica of ``request`` under ``isolation`` (the mode the
+        job asks for: it says where the replica's context lies)."""
         return Shape(
             milli=request.milli_per_device,
             count=request.device_count,
@@ -149,17 +159,18 @@ class ClusterCapacity:
                 if request.device_count
                 else None
             ),
+            context=context_of(isolation, request.milli_per_device, request.device_count),
         )
 
-    def shape_for(self, request: ResourceRequest) -> Shape:
+    def shape_for(self, request: ResourceRequest, isolation: str = "auto") -> Shape:
         """:meth:`shape_of`, remembered per request object (``LayoutMemo.shapes``, an identity
-        entry: used only for that very object)."""
+        entry: used only for that very object, and for the same isolation)."""
         shapes = self.memo.shapes
         entry = shapes.get(id(request))
-        if entry is not None and entry[0] is request:
-            return entry[1]
-        shape = self.shape_of(request)
-        shapes[id(request)] = (request, shape)
+        if entry is not None and entry[0] is request and entry[1] == isolation:
+            return entry[2]
+        shape = self.shape_of(request, isolation)
+        shapes[id(request)] = (request, isolation, shape)
         return shape
 
     def held_by(self, replica: RunningReplica) -> tuple[Shape, Choice] | None:
@@ -184,7 +195,7 @@ class ClusterCapacity:
                 shape.host_memory_mib,
                 shape.count,
                 shape.milli,
-                replica.memory_per_device_mib,
+                shape.memory_mib or 0,
                 choice.slots,
             )
         held[id(replica)] = (replica, found, amounts)
@@ -206,8 +217,11 @@ class ClusterCapacity:
             memory_mib=replica.memory_per_device_mib,
             cpu_milli=replica.cpu_milli,
             host_memory_mib=replica.host_memory_mib,
+            context=context_of(replica.isolation, replica.milli_per_device, len(slots)),
         )
-        return shape, Choice(row, tuple(slots))
+        choice = Choice(row, tuple(slots))
+        # One plain amount per slot: its slice and, where its context lies outside, the headroom.
+        return self.arrays.held_shape(shape, choice), choice
 
     def uuids(self, choice: Choice) -> tuple[str, ...]:
         row = self.slot_uuid[choice.node]
@@ -239,6 +253,8 @@ def build_capacity(snapshot: ClusterSnapshot, memo: SchedulerMemo | None = None)
         gpu_count=layout.gpu_count,
         physical_mem=layout.physical_mem,
         slot_model=layout.slot_model,
+        context_mem=layout.context_mem,
+        auto_context_mem=layout.auto_context_mem,
     )
     arrays._proportional = found.proportional  # physical_mem is the layout's: same results
     cap = ClusterCapacity(

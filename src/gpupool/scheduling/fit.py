@@ -25,6 +25,7 @@ import numpy as np
 from gpupool.domain.units import MILLI_PER_GPU, format_cpus, format_gpus, format_memory
 from gpupool.scheduling.decision import PendingReason
 from gpupool.scheduling.placement.base import (
+    CONTEXT_INSIDE,
     BoolArray,
     CapacityArrays,
     Choice,
@@ -43,14 +44,9 @@ class Placed:
 
 
 def resolved(capacity: CapacityArrays, shape: Shape, choice: Choice) -> Shape:
-    """``shape`` with its memory per device made explicit for the chosen slots."""
-    if shape.memory_mib is not None or not choice.slots:
-        return shape
-    # Proportional memory is the same on every slot of one choice (one model per replica).
-    need = int(capacity.physical_mem[choice.node, choice.slots[0]]) * shape.milli // MILLI_PER_GPU
-    return Shape(
-        shape.milli, shape.count, need, shape.cpu_milli, shape.host_memory_mib, shape.models
-    )
+    """``shape`` with its memory per device made explicit for the chosen slots (a proportional
+    request's slice leaves out the context headroom it keeps there: ``slice_at``)."""
+    return capacity.slice_at(shape, choice)
 
 
 def _combined(shape: Shape, replicas: int) -> Shape:
@@ -146,6 +142,24 @@ def replicas_that_fit(capacity: CapacityArrays, shape: Shape, nodes: BoolArray) 
     return int(np.minimum(per_node, cpu_cap).sum())
 
 
+def _bare(shape: Shape) -> Shape:
+    """``shape`` with its context counted inside its slice (no headroom)."""
+    return replace(shape, context=CONTEXT_INSIDE)
+
+
+def _context_words(capacity: CapacityArrays, shape: Shape, nodes: BoolArray) -> str:
+    """``768 MiB per replica on each GPU`` (or a range) for the headroom ``shape`` keeps."""
+    room = capacity.headroom(shape)
+    assert room is not None
+    seen = room[nodes][capacity.usable[nodes]]
+    seen = seen[seen > 0]
+    if not len(seen):
+        return "no reserve on these GPUs"
+    low, high = int(seen.min()), int(seen.max())
+    span = format_memory(low) if low == high else f"{format_memory(low)} to {format_memory(high)}"
+    return f"{span} per replica on each GPU, as its node measured it"
+
+
 def describe(shape: Shape, replicas: int) -> str:
     """``2 x (0.5 of a GPU with 10GiB each, 4 CPUs, 16GiB host memory)`` for messages."""
     if shape.count == 0:
@@ -182,6 +196,14 @@ def diagnose(
                 "GPU types or use another pool",
             )
     ever = replicas_that_fit(empty, shape, nodes)
+    if ever < replicas and replicas_that_fit(empty, _bare(shape), nodes) >= replicas:
+        return (
+            PendingReason.TOO_LARGE,
+            f"{what} does not fit pool {pool} even when it is empty once each replica's CUDA "
+            f"context is counted beside its slice ({_context_words(empty, shape, nodes)}): "
+            "ask for less GPU memory, or submit with isolation shim, which counts the context "
+            "inside the slice",
+        )
     if ever < replicas:
         mixed = shape.count > 1 and bool(nodes[empty.mixed_rows].any())
         gpus = empty.count_one_model(empty.usable) if mixed else empty.gpu_count
@@ -210,6 +232,17 @@ def diagnose(
                 f"no node of pool {pool} has {free} for {what}; it starts when running jobs end",
             )
         stage_mem = model_ok & (live.count_one_model(live.slot_fits(shape)) >= shape.count)
+        if not stage_mem.any() and live.headroom(shape) is not None:
+            # Free memory is what the cards hold less every replica's slice and the contexts
+            # kept beside them: a footprint above it would overrun the card.
+            return (
+                PendingReason.INSUFFICIENT_MEMORY,
+                f"GPU share is free in pool {pool} but not the GPU memory {what} needs with its "
+                "CUDA context, which this isolation mode keeps outside the slice "
+                f"({_context_words(live, shape, nodes)}): placing it would overrun the card; "
+                "it starts when running jobs end, or submit with isolation shim, which counts "
+                "the context inside the slice",
+            )
         if not stage_mem.any():
             return (
                 PendingReason.INSUFFICIENT_MEMORY,

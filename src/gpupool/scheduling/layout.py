@@ -15,6 +15,16 @@ Words:
   the next cycle.
 - **layout key**: the ``(nodes, devices, pools)`` tuples of a snapshot.
 
+**Context headroom** (see :mod:`gpupool.scheduling.placement.base`): ``context_mem`` holds each
+device's context reserve, what one process holds there beyond its slice as the node measured
+and registered it (``Device.context_reserve_mib``; :data:`DEFAULT_CONTEXT_RESERVE_MIB` for a
+device whose agent did not say, an agent older than the field). ``auto_context_mem`` is the
+same where a sharing replica under isolation ``auto`` would get a mode that leaves its context
+outside the slice: on a MIG instance (mode ``mig``), or on a node that does not offer the shim
+(``mps`` or ``soft``); a node offering it gives ``mps+shim`` or ``shim``, which charge the
+context inside the slice. A node that never registered its modes (``Node.isolation_modes``
+``None``: a simulated cluster) is taken to offer the shim.
+
 A layout is built by :func:`build_layout` and depends on nothing else: a snapshot with the
 same key gives the same layout. Which layouts are kept across cycles, and what is remembered
 with each (the slots of running replicas, their timeline releases, the shapes of requests), is
@@ -32,6 +42,10 @@ import numpy as np
 from gpupool.domain.nodes import Device, DeviceHealth, Node
 from gpupool.domain.pools import DEFAULT_POOL, Pool
 from gpupool.scheduling.placement.base import BoolArray, IntArray
+
+#: MiB assumed for a device whose agent reported no context reserve: a Hopper context with
+#: cuBLAS/cuDNN workspaces (the agent's own fallback, gpupool.gpu.context, is 640 + 128 MiB).
+DEFAULT_CONTEXT_RESERVE_MIB = 768
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -57,6 +71,8 @@ class CapacityLayout:
     physical_mem: IntArray
     usable: BoolArray
     nvlink_group: IntArray
+    context_mem: IntArray
+    auto_context_mem: IntArray
     cpu_total: IntArray
     host_total: IntArray
     gpu_count: IntArray
@@ -78,6 +94,12 @@ def _majority_model(models: Iterable[str]) -> str:
     counts = Counter(models)
     best = max(counts.values())
     return next(m for m in models if counts[m] == best)
+
+
+def _offers_shim(node: Node | None) -> bool:
+    """Whether ``auto`` on ``node`` gives a sharing replica a mode that counts its context in
+    the slice (``shim``, ``mps+shim``); a node without registered modes counts as one."""
+    return node is None or node.isolation_modes is None or "shim" in node.isolation_modes
 
 
 def build_layout(
@@ -109,6 +131,8 @@ def build_layout(
     total_mem = np.zeros((n, g), dtype=np.int64)
     usable = np.zeros((n, g), dtype=np.bool_)
     nvlink = np.full((n, g), -1, dtype=np.int64)
+    context = np.zeros((n, g), dtype=np.int64)
+    auto_context = np.zeros((n, g), dtype=np.int64)
     slot_pool: list[list[str | None]] = [[None] * g for _ in range(n)]
     slot_uuid: list[list[str | None]] = [[None] * g for _ in range(n)]
     uuid_slot: dict[str, tuple[int, int]] = {}
@@ -127,6 +151,10 @@ def build_layout(
             dev = devices[i]
             physical[row, slot] = dev.memory_mib
             slot_model[row, slot] = model_index.get(dev.model, 0)
+            said = dev.context_reserve_mib
+            context[row, slot] = DEFAULT_CONTEXT_RESERVE_MIB if said is None else said
+            if dev.is_mig or not _offers_shim(node):
+                auto_context[row, slot] = context[row, slot]
             ratio = overcommit.get(dev.pool, 1.0)
             total_mem[row, slot] = int(dev.memory_mib * ratio)
             usable[row, slot] = (
@@ -164,6 +192,8 @@ def build_layout(
         physical_mem=_frozen(physical),
         usable=_frozen(usable),
         nvlink_group=_frozen(nvlink),
+        context_mem=_frozen(context),
+        auto_context_mem=_frozen(auto_context),
         cpu_total=_frozen(cpu),
         host_total=_frozen(host),
         gpu_count=_frozen(usable.sum(axis=1).astype(np.int64)),

@@ -38,7 +38,8 @@ def show_arrivals(
     for job in snapshot.pending:
         spec = job.spec
         if spec.pool in learners:
-            entry = (job.submit_time, job.id, spec.pool, shape_for(spec.resources))
+            shape = shape_for(spec.resources, spec.isolation.value)
+            entry = (job.submit_time, job.id, spec.pool, shape)
             if spec.replicas == 1:
                 append(entry)
             else:

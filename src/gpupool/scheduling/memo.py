@@ -49,8 +49,9 @@ part                     remembers                        valid while
                          stopping: its timeline release   the replica; a stopping one ends at
                          (``running_releases``)           ``now`` + its grace, so is never kept)
 ``LayoutMemo.shapes``    per resource request: its        its layout (the shape's model mask
-                         integer shape (``ClusterCapacity depends on the layout's models)
-                         .shape_for``)
+                         integer shape under its job's    depends on the layout's models), and
+                         isolation (``ClusterCapacity     the same isolation (it says where the
+                         .shape_for``)                    replica's CUDA context lies)
 ``LayoutMemo.            per milli share: the ``[N, G]``  its layout (physical memory is static)
 proportional``           memory a proportional request
                          of that share needs
@@ -94,8 +95,9 @@ HeldEntry = tuple[RunningReplica, "tuple[Shape, Choice] | None", "Amounts | None
 #: ``releases`` entry: the replica and its timeline release.
 ReleaseEntry = tuple[RunningReplica, "Release"]
 
-#: ``shapes`` entry: the request and the integer shape of one of its replicas.
-ShapeEntry = tuple[ResourceRequest, Shape]
+#: ``shapes`` entry: the request, the isolation its job asks for and the integer shape of one of
+#: its replicas.
+ShapeEntry = tuple[ResourceRequest, str, Shape]
 
 
 @dataclass(eq=False)

@@ -229,6 +229,8 @@ def intersect(live: CapacityArrays, shadow: CapacityArrays) -> CapacityArrays:
         gpu_count=live.gpu_count,
         physical_mem=live.physical_mem,
         slot_model=live.slot_model,
+        context_mem=live.context_mem,
+        auto_context_mem=live.auto_context_mem,
     )
     both.share_cache(live)
     return both

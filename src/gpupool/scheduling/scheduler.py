@@ -192,7 +192,7 @@ class _Cycle:
         return found
 
     def shape_of(self, job: Job) -> Shape:
-        return self.capacity.shape_for(job.spec.resources)
+        return self.capacity.shape_for(job.spec.resources, job.spec.isolation.value)
 
     def wait(
         self, job: Job, reason: PendingReason, message: str, estimate: float | None = None
@@ -413,7 +413,8 @@ class _Cycle:
         pool.backfill.started(placed, end)
         self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
         self.record_start(job, placed, final.standing is Standing.BORROWING)
-        self.started.extend(Release(end, p.shape, p.choice) for p in placed)
+        held = pool.live.held_shape  # a release gives back the slice and its context headroom
+        self.started.extend(Release(end, held(p.shape, p.choice), p.choice) for p in placed)
         return True
 
     def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:

@@ -48,7 +48,10 @@ class RunningReplica:
     the job is expected to end (start + expected duration, else start + time limit) or
     ``None`` when unknown. ``last_checkpoint_time`` ``None`` means "never checkpointed": a
     preemption loses everything since ``start_time``. ``grace_period_s`` is how long the job
-    takes to stop after its checkpoint signal.
+    takes to stop after its checkpoint signal. ``isolation`` is the mode the node enforced
+    (the job's record), else the one the job asked for (``auto``): it says whether the
+    replica's CUDA context lies outside its slice, and so takes the GPU's context reserve
+    beside it (see :mod:`gpupool.scheduling.layout`).
     """
 
     job_id: str
@@ -70,6 +73,7 @@ class RunningReplica:
     grace_period_s: float = 30.0
     preempted_for: str | None = None
     stop_ordered: bool = False
+    isolation: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 <= self.milli_per_device <= 1000:

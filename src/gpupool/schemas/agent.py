@@ -69,6 +69,17 @@ class DeviceInfo(WireModel):
     )
     mig_parent: str | None = Field(default=None, description="UUID of the physical GPU")
     mig_profile: str | None = Field(default=None, description="e.g. '1g.10gb'")
+    context_reserve_mib: int | None = Field(
+        default=None,
+        ge=0,
+        le=1 << 20,
+        description=(
+            "MiB one process holds on the device beyond its framework's allocations (CUDA "
+            "context, modules, workspaces), as the agent measured it; the scheduler keeps that "
+            "much headroom per replica whose isolation leaves the context outside its slice. "
+            "None: not measured (the server assumes its default)"
+        ),
+    )
 
 
 class RegisterRequest(WireModel):

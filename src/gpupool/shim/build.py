@@ -40,13 +40,27 @@ from gpupool.domain.errors import GpupoolError
 from gpupool.shim.locate import real_driver, real_nvml
 
 CSRC = Path(__file__).resolve().parent / "csrc"
+#: The driver shim's C units, one library (``gp_hooks.h`` says what each holds).
+SHIM_UNITS = (
+    "shim.c",
+    "charge.c",
+    "procaddr.c",
+    "memory.c",
+    "vmm.c",
+    "context.c",
+    "graph.c",
+    "launch.c",
+    "pace.c",
+)
+#: The header whose ``GP_HOOKS`` table lists the hooks (see :func:`hooked_names`).
+HOOK_TABLE = "gp_hooks.h"
 SOURCES = (
     "gp_cuda.h",
     "gp_region.h",
     "gp_shim.h",
+    HOOK_TABLE,
     "region.c",
-    "shim.c",
-    "pace.c",
+    *SHIM_UNITS,
     "driver_symbols.txt",
     "nvml.c",
     "nvml_symbols.txt",
@@ -136,10 +150,11 @@ def elf_dynamic_names(path: Path) -> list[str]:
     return names
 
 
-def hooked_names(shim_c: str) -> set[str]:
-    """The names shim.c defines itself (its ``GP_HOOKS`` table): left out of the trampolines."""
+def hooked_names(table: str) -> set[str]:
+    """The names the shim defines itself (the ``GP_HOOKS`` table of ``gp_hooks.h``, given as
+    text): left out of the trampolines."""
     names: set[str] = set()
-    for raw in shim_c.splitlines():
+    for raw in table.splitlines():
         line = raw.strip()
         if line.startswith("X(cu"):
             names.add(line[2:].split(",", 1)[0])
@@ -166,7 +181,7 @@ def _listed(name: str) -> list[str]:
 
 def forwarded_names(driver: Path | None) -> list[str]:
     found = elf_dynamic_names(driver) if driver is not None else []
-    hooked = hooked_names((CSRC / "shim.c").read_text())
+    hooked = hooked_names((CSRC / HOOK_TABLE).read_text())
     names = {n for n in [*_listed("driver_symbols.txt"), *found] if n.startswith("cu")}
     return sorted(names - hooked)
 
@@ -322,16 +337,14 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
             (tmp / "facade").mkdir()
             inc = f"-I{CSRC}"
             region = str(CSRC / "region.c")
-            shim = str(CSRC / "shim.c")
-            pace = str(CSRC / "pace.c")
+            shim = [str(CSRC / unit) for unit in SHIM_UNITS]
             _compile(
                 cc,
                 [
                     *CFLAGS,
                     inc,
                     "-DGP_FACADE",
-                    shim,
-                    pace,
+                    *shim,
                     region,
                     "forward.c",
                     "-o",
@@ -366,8 +379,7 @@ def ensure_built(cache: Path | None = None) -> ShimBuild:
                     *CFLAGS,
                     inc,
                     "-DGP_PRELOAD",
-                    shim,
-                    pace,
+                    *shim,
                     region,
                     "-o",
                     "libgpupool_preload.so",

@@ -227,6 +227,7 @@ def node_from_row(row: NodeModel) -> Node:
         memory_mib=row.memory_mib,
         state=NodeState(row.state),
         labels=tuple(sorted(row.labels.items())),
+        isolation_modes=tuple(row.isolation_modes or ()),
     )
 
 
@@ -248,6 +249,7 @@ def device_from_row(row: DeviceModel) -> Device:
         mig_parent=row.mig_parent,
         mig_profile=row.mig_profile,
         health=DeviceHealth(row.health),
+        context_reserve_mib=row.context_reserve_mib,
     )
 
 

@@ -154,6 +154,8 @@ class DeviceModel(Base):
     mig_parent: Mapped[str | None] = mapped_column(String(200), nullable=True)
     mig_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
     health: Mapped[str] = mapped_column(String(16), default="healthy")
+    # What one process holds beyond its slice (MiB), as the agent measured it; NULL: not said.
+    context_reserve_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     utilization_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     memory_used_mib: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     temperature_c: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -167,6 +167,7 @@ _RUNNING_COLUMNS = (
     JobModel.pool,
     JobModel.priority,
     JobModel.last_checkpoint_time,
+    JobModel.isolation,
     cast(JobModel.spec, Text).label("spec_text"),
 )
 
@@ -250,6 +251,7 @@ def _running(
                 grace_period_s=StopPolicy.of(spec).grace_s,
                 preempted_for=a.stop_for,
                 stop_ordered=a.stop_reason is not None,
+                isolation=job.isolation or spec.isolation.value,  # enforced, else asked for
             )
         )
     return running

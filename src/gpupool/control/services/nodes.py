@@ -198,6 +198,7 @@ class NodeService:
                 dev.nvlink_group = info.nvlink_group
                 dev.mig_parent = info.mig_parent
                 dev.mig_profile = info.mig_profile
+                dev.context_reserve_mib = info.context_reserve_mib
                 dev.health = DeviceHealth.HEALTHY.value
             gone = [dev for uuid, dev in known.items() if uuid not in seen]
             held = _devices_held(s, [d.uuid for d in gone])

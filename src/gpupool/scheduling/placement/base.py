@@ -19,6 +19,16 @@ Words:
   ``node_model`` is a node's majority model, kept only for per-node heuristics
   (fragmentation, scarcity levels) that treat a node as one model.
 
+- **context headroom**: a process's CUDA context (and module images, library workspaces) takes
+  device memory beside its slice unless its isolation mode counts it inside (the shim does).
+  ``Shape.context`` says which replicas keep it outside (:data:`CONTEXT_OUTSIDE`: always;
+  :data:`CONTEXT_AUTO`: where the node's ``auto`` would pick such a mode); on a slot such a
+  replica's **footprint** is its slice plus the slot's reserve (``context_mem`` or
+  ``auto_context_mem``), so the replicas on a GPU never promise more than it holds, contexts
+  included. A proportional request's footprint stays its share of the GPU (at least the
+  reserve) and its slice is the footprint less the reserve: "half a GPU" is half the card
+  whatever the mode. See :mod:`gpupool.scheduling.layout` for where the reserves come from.
+
 ``CapacityArrays`` is updated incrementally with :meth:`CapacityArrays.allocate` and
 :meth:`CapacityArrays.release` as the scheduler commits placements within a cycle, so no
 policy ever rebuilds per-device state for each job.
@@ -26,7 +36,7 @@ policy ever rebuilds per-device state for each job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -36,6 +46,25 @@ from gpupool.domain.units import MILLI_PER_GPU
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+#: ``Shape.context``: the replica's context lies inside its slice (or it has the GPU alone).
+CONTEXT_INSIDE = 0
+#: It lies outside its slice on every node (isolation ``mps``, ``soft``, ``mig`` sharing).
+CONTEXT_OUTSIDE = 1
+#: Isolation ``auto``: outside where the node would pick such a mode (``auto_context_mem``).
+CONTEXT_AUTO = 2
+#: Modes that count the context inside the slice (or give the replica whole GPUs).
+CONTEXT_INSIDE_MODES = frozenset({"shim", "mps+shim", "exclusive"})
+
+
+def context_of(isolation: str, milli: int, count: int) -> int:
+    """``Shape.context`` for a replica of ``count`` GPUs at ``milli`` each under ``isolation``.
+
+    A replica with whole GPUs has them alone, so its context takes nobody's memory.
+    """
+    if count == 0 or milli >= MILLI_PER_GPU or isolation in CONTEXT_INSIDE_MODES:
+        return CONTEXT_INSIDE
+    return CONTEXT_AUTO if isolation == "auto" else CONTEXT_OUTSIDE
 
 
 @dataclass(frozen=True)
@@ -52,7 +81,9 @@ class Shape:
     ``milli`` is per device (1..1000) and ``count`` the number of devices (0 for a CPU-only
     replica). ``memory_mib`` is per device; ``None`` means "the device's memory times
     ``milli / 1000``". ``models`` is a boolean mask over ``CapacityArrays.model_names`` of the
-    acceptable GPU models, or ``None`` for any model.
+    acceptable GPU models, or ``None`` for any model. ``context`` is where the replica's CUDA
+    context lies (:data:`CONTEXT_INSIDE`, :data:`CONTEXT_OUTSIDE`, :data:`CONTEXT_AUTO`): outside,
+    each slot it takes also loses that slot's context reserve.
     """
 
     milli: int
@@ -61,6 +92,7 @@ class Shape:
     cpu_milli: int = 0
     host_memory_mib: int = 0
     models: tuple[bool, ...] | None = None
+    context: int = CONTEXT_INSIDE
 
     @property
     def is_sharing(self) -> bool:
@@ -88,7 +120,10 @@ class CapacityArrays:
     what may still be *promised* on a device. ``usable`` is False for padding, unhealthy
     devices and devices outside the pool being scheduled. ``physical_mem`` is the device's
     real memory, the base of proportional requests (``Shape.memory_mib is None``); it defaults
-    to ``total_mem``, which is right when nothing is overcommitted.
+    to ``total_mem``, which is right when nothing is overcommitted. ``context_mem`` is each
+    slot's context reserve, kept as headroom by a replica whose context lies outside its slice;
+    ``auto_context_mem`` the same where an ``auto`` replica's would (0 elsewhere); both default
+    to zeros (no headroom).
     """
 
     node_names: tuple[str, ...]
@@ -106,6 +141,8 @@ class CapacityArrays:
     physical_mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     # [N, G] model index of each slot (-1 on padding); defaults to node_model on every slot.
     slot_model: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    context_mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    auto_context_mem: IntArray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     # milli -> [N, G] memory a proportional request of that share needs (physical_mem is fixed).
     _proportional: dict[int, IntArray] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -123,6 +160,16 @@ class CapacityArrays:
             self.gpu_count = self.usable.sum(axis=1).astype(np.int64)
         if self.slot_model.shape != (n, g):
             self.slot_model = np.repeat(self.node_model.reshape(n, 1), g, axis=1)
+        if self.context_mem.shape != (n, g):
+            self.context_mem = np.zeros((n, g), dtype=np.int64)
+        if self.auto_context_mem.shape != (n, g):
+            self.auto_context_mem = np.zeros((n, g), dtype=np.int64)
+        # Which headroom arrays hold anything: none, the common case, keeps the plain paths.
+        self._headroom: dict[int, IntArray | None] = {
+            CONTEXT_INSIDE: None,
+            CONTEXT_OUTSIDE: self.context_mem if self.context_mem.any() else None,
+            CONTEXT_AUTO: self.auto_context_mem if self.auto_context_mem.any() else None,
+        }
         self._mixed: IntArray | None = None  # rows whose slots hold several models (lazy)
 
     @property
@@ -194,12 +241,56 @@ class CapacityArrays:
         kept: BoolArray = fits & (models == best[1])
         return kept
 
+    def headroom(self, shape: Shape) -> IntArray | None:
+        """[N, G] what ``shape``'s context takes beside its slice per slot (``None``: none)."""
+        return self._headroom[shape.context] if shape.count else None
+
     def memory_need(self, shape: Shape, node: int) -> IntArray:
-        """Memory ``shape`` needs on each slot of ``node`` (resolving proportional requests)."""
+        """Memory ``shape`` takes on each slot of ``node``: its footprint, the slice (resolving
+        proportional requests) and the headroom its context needs there."""
+        room = self.headroom(shape)
         if shape.memory_mib is not None:
-            return np.full(self.free_mem.shape[1], shape.memory_mib, dtype=np.int64)
-        need: IntArray = self.physical_mem[node] * shape.milli // MILLI_PER_GPU
-        return need
+            need = np.full(self.free_mem.shape[1], shape.memory_mib, dtype=np.int64)
+            return need if room is None else need + room[node]
+        share: IntArray = self.physical_mem[node] * shape.milli // MILLI_PER_GPU
+        return share if room is None else np.maximum(share, room[node]).astype(np.int64)
+
+    def footprint(self, shape: Shape) -> IntArray | int:
+        """What ``shape`` takes off ``free_mem`` on every slot ([N, G], or one number)."""
+        room = self.headroom(shape)
+        if shape.memory_mib is not None:
+            return shape.memory_mib if room is None else room + shape.memory_mib
+        share = self.proportional_need(shape.milli)
+        if room is None:
+            return share
+        key = -(shape.context * (MILLI_PER_GPU + 1) + shape.milli)  # apart from plain shares
+        found = self._proportional.get(key)
+        if found is None:
+            found = np.maximum(share, room).astype(np.int64)
+            self._proportional[key] = found
+        return found
+
+    def slice_at(self, shape: Shape, choice: Choice) -> Shape:
+        """``shape`` with its slice per device made explicit for ``choice``: a proportional
+        request's share less the headroom its context keeps beside it there."""
+        if shape.memory_mib is not None or not choice.slots:
+            return shape
+        # Proportional memory is the same on every slot of one choice (one model per replica).
+        n, s = choice.node, choice.slots[0]
+        share = int(self.physical_mem[n, s]) * shape.milli // MILLI_PER_GPU
+        room = self.headroom(shape)
+        if room is not None:
+            share = max(share, int(room[n, s])) - int(room[n, s])
+        return replace(shape, memory_mib=share)
+
+    def held_shape(self, shape: Shape, choice: Choice) -> Shape:
+        """A resolved ``shape`` at ``choice`` as one plain amount: its slice plus its headroom
+        (what a release of it gives back, for code that adds ``memory_mib`` by hand)."""
+        room = self.headroom(shape)
+        if room is None or not choice.slots:
+            return shape
+        extra = int(room[choice.node, choice.slots[0]])
+        return replace(shape, memory_mib=(shape.memory_mib or 0) + extra, context=CONTEXT_INSIDE)
 
     def proportional_need(self, milli: int) -> IntArray:
         """[N, G] memory of a proportional request of ``milli`` per device (cached)."""
@@ -213,10 +304,7 @@ class CapacityArrays:
         """[N, G] mask: the slot can take one device's worth of ``shape`` (milli, memory and
         an allowed model)."""
         ok = self.usable & (self.free_milli >= shape.milli)
-        if shape.memory_mib is not None:
-            ok &= self.free_mem >= shape.memory_mib
-        else:
-            ok &= self.free_mem >= self.proportional_need(shape.milli)
+        ok &= self.free_mem >= self.footprint(shape)
         if shape.models is not None:
             ok &= self.model_allowed(shape.models)
         return ok
@@ -286,7 +374,7 @@ class CapacityArrays:
         n = choice.node
         self.cpu_free[n] += shape.cpu_milli
         self.host_mem_free[n] += shape.host_memory_mib
-        if shape.memory_mib is not None:  # a fixed amount: no per-slot array needed
+        if shape.memory_mib is not None and self.headroom(shape) is None:  # one amount
             for s in choice.slots:
                 self.free_milli[n, s] += shape.milli
                 self.free_mem[n, s] += shape.memory_mib
@@ -320,6 +408,8 @@ class CapacityArrays:
             gpu_count=self.gpu_count.copy(),
             physical_mem=self.physical_mem.copy(),
             slot_model=self.slot_model,  # static: never changed in place
+            context_mem=self.context_mem,  # static likewise
+            auto_context_mem=self.auto_context_mem,
         )
         out.share_cache(self)  # physical memory is equal by construction
         return out

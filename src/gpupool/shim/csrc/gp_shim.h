@@ -1,6 +1,5 @@
-/* What the shim's parts share inside one library (never exported: the build hides every symbol
- * not marked GP_API). shim.c holds the hooks, the driver and the region; pace.c the launch
- * pacing. */
+/* What the shim's hook units (gp_hooks.h) and its launch pacing (pace.c) share inside one
+ * library (never exported: the build hides every symbol not marked GP_API). */
 #ifndef GP_SHIM_H
 #define GP_SHIM_H
 
@@ -11,7 +10,7 @@
 
 typedef void *(*gp_sym_fn)(const char *name); /* a real driver function by name, or NULL */
 
-/* shim.c */
+/* shim.c, launch.c (the capture state) */
 extern struct gp_region *g_region; /* NULL: no slice, pass through */
 extern int g_slot;                 /* this process's slot in the region, -1: none yet */
 void gp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

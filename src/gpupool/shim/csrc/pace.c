@@ -31,7 +31,7 @@
  * Tracks: GP_TRACKS per process, least recently used evicted; an evicted track is settled
  * first (its last event waited for, its tail charged), so its work is never lost.
  *
- * Never during stream capture (see shim.c): while events may not be touched, a launch is not
+ * Never during stream capture (see launch.c): while events may not be touched, a launch is not
  * paced at all; a captured graph is paced when launched, as one span. */
 #define _GNU_SOURCE
 #include <pthread.h>
