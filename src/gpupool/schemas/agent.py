@@ -259,6 +259,13 @@ class ArrayInfo(WireModel):
     last: int
 
 
+class PtyWire(WireModel):
+    """Where ``gpupool run --pty`` listens for the node, and the key the node says first."""
+
+    address: str = Field(max_length=300)
+    key: str = Field(max_length=128)
+
+
 class AssignmentSpec(WireModel):
     """One replica to start on this node.
 
@@ -296,6 +303,16 @@ class AssignmentSpec(WireModel):
     array: ArrayInfo | None = None
     container: ContainerWire | None = Field(
         default=None, description="run the command in this image (None: a bare process)"
+    )
+    # issue 27 (gpupool.domain.interactive): run --pty's terminal, -o/-e file patterns
+    pty: PtyWire | None = Field(
+        default=None, description="give the program a terminal, relayed to this endpoint"
+    )
+    stdout_path: str | None = Field(
+        default=None, description="also write stdout to this file (-o; %j, %x ... unexpanded)"
+    )
+    stderr_path: str | None = Field(
+        default=None, description="also write stderr to this file (-e; None with -o: to it)"
     )
 
 
