@@ -8,7 +8,6 @@ while the request waits cancels it.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.pool import PY, REPO, Pool, wait_for
+from tests.e2e.clirun import cli_env
+from tests.e2e.pool import PY, Pool, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +25,6 @@ def apool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
         tmp_path_factory.mktemp("alloc"), {"n1": "4xA100-80GB", "n2": "4xA100-80GB"}
     ) as p:
         yield p
-
-
-def cli_env(pool: Pool) -> dict[str, str]:
-    token = (pool.home / "admin-token").read_text().strip()
-    return {
-        **os.environ,
-        "GPUPOOL_HOME": str(pool.root / "cli-home"),
-        "GPUPOOL_SERVER": pool.url,
-        "GPUPOOL_TOKEN": token,
-        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
-    }
 
 
 def test_alloc_runs_the_command_here_with_the_slice_and_releases_it(

@@ -10,7 +10,6 @@ job still runs); ``exit 3`` ends the job FAILED with exit code 3 and ``run`` exi
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -19,14 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.pool import PY, REPO, Pool, wait_for
+from tests.e2e.autopool import auto_pool
+from tests.e2e.clirun import cli_env
+from tests.e2e.pool import PY, Pool, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
 
 @pytest.fixture(scope="module")
-def ppool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    with Pool.running(tmp_path_factory.mktemp("pty"), {"n1": "2xA100-80GB"}) as p:
+def ppool() -> Iterator[Pool]:
+    """Jobs run as accounts of their own: the terminal is handed to the job's account."""
+    with auto_pool("pty", {"n1": "2xA100-80GB"}) as p:
         yield p
 
 
@@ -69,15 +71,29 @@ class Pane:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], check=False, timeout=30)
 
 
+def sleep_100() -> int | None:
+    """The pid of a ``sleep 100`` on this machine (the job's: the node is this machine)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x00100\x00":
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_run_pty_bash_in_tmux_behaves_as_srun_pty(ppool: Pool, tmp_path: Path) -> None:
-    token = (ppool.home / "admin-token").read_text().strip()
-    env = {
-        "GPUPOOL_HOME": str(ppool.root / "cli-home"),
-        "GPUPOOL_SERVER": ppool.url,
-        "GPUPOOL_TOKEN": token,
-        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
-        "PS1": "pty$ ",  # the job's bash takes its prompt from the exported environment
-    }
+    given = cli_env(ppool)
+    env = {k: given[k] for k in ("GPUPOOL_HOME", "GPUPOOL_SERVER", "GPUPOOL_TOKEN", "PYTHONPATH")}
+    env["PS1"] = "pty$ "  # the job's bash takes its prompt from the exported environment
     script = tmp_path / "start.sh"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     script.write_text(
@@ -102,7 +118,10 @@ def test_run_pty_bash_in_tmux_behaves_as_srun_pty(ppool: Pool, tmp_path: Path) -
         matching = [j for j in jobs if j["name"] == "bash"]
         assert len(matching) == 1, jobs
         job = matching[0]
+        ppool.wait_state(job["id"], "RUNNING")  # the heartbeat may come after the first keys
+        sleeper = wait_for(sleep_100, 30, "the job's sleep 100")
         pane.type("C-c")
+        wait_for(lambda: not pid_alive(sleeper), 30, "sleep 100 to end on Ctrl-C")
         pane.type("echo after-$((1+1))", "Enter")
         pane.wait_line("after-2", timeout=30)  # bash answered: only sleep was interrupted
         assert ppool.job(job["id"])["state"] == "RUNNING"
