@@ -154,6 +154,7 @@ def node_view(n: NodeInfo) -> NodeView:
         container_engines=list(n.container_engines),
         last_heartbeat=n.last_heartbeat,
         labels=dict(n.node.labels),
+        features=list(n.node.features),
         devices=[
             device_view(d, n.slices.get(d.uuid, ()), n.samples.get(d.uuid)) for d in n.devices
         ],

@@ -65,6 +65,7 @@ class Node:
     memory_mib: int
     state: NodeState = NodeState.UP
     labels: tuple[tuple[str, str], ...] = ()
+    features: tuple[str, ...] = ()  # for --constraint (gpupool agent --feature), sorted
 
     @property
     def schedulable(self) -> bool:

@@ -95,6 +95,11 @@ class RegisterRequest(WireModel):
         max_length=16,
         description="container engines this node can run jobs with (podman, docker)",
     )
+    features: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="node features for --constraint (gpupool agent --feature ib,a100x8)",
+    )
     pool: str | None = None
     agent_id: str | None = Field(
         default=None,

@@ -246,6 +246,7 @@ def node_from_row(row: NodeModel) -> Node:
         memory_mib=row.memory_mib,
         state=NodeState(row.state),
         labels=tuple(sorted(row.labels.items())),
+        features=tuple(row.features or ()),
     )
 
 
