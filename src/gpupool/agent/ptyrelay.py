@@ -31,7 +31,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import termios
 import threading
 import time
@@ -188,7 +187,7 @@ class Relay:
 
 class Terminal:
     """A job's terminal for the supervisor: the pseudo-terminal, the connection and the
-    relay; :meth:`popen` starts the program on it, :meth:`close` ends the relay."""
+    relay; :meth:`stdio` is how the program gets it, :meth:`close` ends the relay."""
 
     def __init__(self, master: int, slave: int, relay: Relay, log: Any) -> None:
         self.master, self.slave, self.relay, self.log = master, slave, relay, log
@@ -206,24 +205,19 @@ class Terminal:
                 f.write(f"[gpupool: {got}; the job runs without its terminal]\n".encode())
         return cls(master, slave, Relay(master, sock, [log.write]), log)
 
-    def popen(self, spec: dict[str, Any], account: dict[str, Any]) -> subprocess.Popen[bytes]:
-        """Start the program with the terminal as its stdin, stdout, stderr and controlling
-        terminal, in a session of its own."""
-        try:
-            return subprocess.Popen(
-                spec["argv"],
-                cwd=spec["cwd"],
-                env=spec["env"],
-                stdin=self.slave,
-                stdout=self.slave,
-                stderr=self.slave,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=take_terminal,  # noqa: PLW1509 - the relay's threads start after
-                **account,
-            )
-        finally:
-            os.close(self.slave)
+    def stdio(self) -> dict[str, Any]:
+        """``Popen``'s arguments that give the program the terminal as its stdin, stdout,
+        stderr and controlling terminal (the caller starts it in a session of its own)."""
+        return {
+            "stdin": self.slave,
+            "stdout": self.slave,
+            "stderr": self.slave,
+            "preexec_fn": take_terminal,  # the relay's threads start after the fork
+        }
+
+    def started(self) -> None:
+        """The program started (or failed to): the terminal's slave is its alone now."""
+        os.close(self.slave)
 
     def close(self) -> None:
         self.relay.join(timeout=5.0)

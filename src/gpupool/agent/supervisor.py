@@ -228,21 +228,21 @@ class Supervisor:
             return 1
         terminal = self._terminal(spec, files)
         started_at = self.clock.now()
+        stdio: dict[str, Any] = (
+            {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            if terminal is None
+            else terminal.stdio()
+        )
         try:
-            if terminal is None:
-                proc = subprocess.Popen(
-                    spec["argv"],
-                    cwd=spec["cwd"],
-                    env=spec["env"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    close_fds=True,
-                    **account,
-                )
-            else:
-                proc = terminal.popen(spec, account)
+            proc = subprocess.Popen(
+                spec["argv"],
+                cwd=spec["cwd"],
+                env=spec["env"],
+                start_new_session=True,
+                close_fds=True,
+                **stdio,
+                **account,
+            )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             what = spec["argv"][0] if spec["argv"] else "(empty command)"
             hint = "check the program name and PATH" if isinstance(exc, FileNotFoundError) else ""
@@ -255,6 +255,9 @@ class Supervisor:
                 ended_at=self.clock.now(),
             )
             return 1
+        finally:
+            if terminal is not None:
+                terminal.started()
         self._write(status=RUNNING, pid=proc.pid, started_at=started_at)
         pumps: list[threading.Thread] = []
         if terminal is None:

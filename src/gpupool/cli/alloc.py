@@ -32,6 +32,7 @@ from typing import Annotated
 import typer
 
 from gpupool.cli.session import QosOpt, ServerOpt, TokenOpt, fail, session
+from gpupool.cli.sliceopts import AccountOpt, CpusOpt, GpuMemOpt, GpusOpt, MemOpt, PoolOpt
 
 #: What ``alloc`` sets for its child, beside CUDA_VISIBLE_DEVICES and GPUPOOL_ALLOCATION.
 JOB_ID_ENV = "GPUPOOL_JOB_ID"
@@ -49,21 +50,15 @@ def alloc(  # noqa: PLR0917 - salloc-like options
     argv: Annotated[
         list[str] | None, typer.Argument(help="the command to run instead of your shell")
     ] = None,
-    gpus: Annotated[
-        str, typer.Option("-g", "--gpus", help="GPU share: 0.5, 50%, 500m, or whole: 2")
-    ] = "1",
-    gpu_mem: Annotated[
-        str | None, typer.Option("--gpu-mem", help="GPU memory per device, e.g. 10GiB")
-    ] = None,
+    gpus: GpusOpt = "1",
+    gpu_mem: GpuMemOpt = None,
     gpu_type: Annotated[
         str | None, typer.Option("--gpu-type", help="allowed GPU model, e.g. A100 or A100|H100")
     ] = None,
-    cpus: Annotated[str | None, typer.Option("-c", "--cpus", help="host CPUs, e.g. 4")] = None,
-    mem: Annotated[str | None, typer.Option("--mem", help="host memory, e.g. 32GiB")] = None,
-    pool: Annotated[str | None, typer.Option("-p", "--pool", help="pool (partition)")] = None,
-    account: Annotated[
-        str | None, typer.Option("-A", "--account", help="tenant to charge (default: yours)")
-    ] = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
+    pool: PoolOpt = None,
+    account: AccountOpt = None,
     qos: QosOpt = None,
     time_limit: Annotated[
         str, typer.Option("-t", "--time", help="how long it may be held: 90 (minutes), 8:00:00")
@@ -123,7 +118,7 @@ def alloc(  # noqa: PLR0917 - salloc-like options
     with session(server, token, cli_options=True) as gp:
         try:
             held = start_allocation(
-                gp, gpus, gpu_mem, hold=time_limit, timeout_s=timeout_s, **given
+                gp, gpus or "1", gpu_mem, hold=time_limit, timeout_s=timeout_s, **given
             )
         except (KeyboardInterrupt, _Terminated) as exc:
             # start_allocation cancelled the request before re-raising

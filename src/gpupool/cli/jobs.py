@@ -39,6 +39,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
+from gpupool.cli.sliceopts import AccountOpt, CpusOpt, GpuMemOpt, GpusOpt, MemOpt, PoolOpt
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.logs import LogPiece, PendingNotice
 from gpupool.client.sdk import Client, merge_spec
@@ -229,22 +230,16 @@ def build_submission(
 def _submit_command(  # noqa: PLR0917 - sbatch-like options
     argv: Annotated[list[str] | None, typer.Argument(help="the command, after --")] = None,
     job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="job name")] = None,
-    gpus: Annotated[
-        str | None, typer.Option("-g", "--gpus", help="GPU share: 0.5, 50%, 500m, or whole: 2")
-    ] = None,
-    gpu_mem: Annotated[
-        str | None, typer.Option("--gpu-mem", help="GPU memory per device, e.g. 10GiB")
-    ] = None,
+    gpus: GpusOpt = None,
+    gpu_mem: GpuMemOpt = None,
     gpu_type: Annotated[
         list[str] | None,
         typer.Option("--gpu-type", help="allowed GPU model (repeat, or A100|H100)"),
     ] = None,
-    cpus: Annotated[str | None, typer.Option("-c", "--cpus", help="host CPUs, e.g. 4")] = None,
-    mem: Annotated[str | None, typer.Option("--mem", help="host memory, e.g. 32GiB")] = None,
-    pool: Annotated[str | None, typer.Option("-p", "--pool", help="pool (partition)")] = None,
-    account: Annotated[
-        str | None, typer.Option("-A", "--account", help="tenant to charge (default: yours)")
-    ] = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
+    pool: PoolOpt = None,
+    account: AccountOpt = None,
     qos: QosOpt = None,
     time_limit: TimeOpt = None,
     expected: ExpectedOpt = None,
