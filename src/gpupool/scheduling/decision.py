@@ -85,6 +85,9 @@ class Start:
     pool: str
     replicas: tuple[ReplicaStart, ...]
     borrowing: bool = False
+    #: ``--time-min``: the time limit backfill started it with (``None``: its own; see
+    #: :mod:`gpupool.scheduling.timemin`).
+    time_limit_s: float | None = None
 
     @property
     def gpu_milli(self) -> int:

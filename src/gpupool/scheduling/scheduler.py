@@ -84,6 +84,7 @@ from gpupool.scheduling.reservation import (
     running_releases,
 )
 from gpupool.scheduling.snapshot import ClusterSnapshot
+from gpupool.scheduling.timemin import shortened_limit
 
 _ShapeKey = tuple[Shape, int]
 #: A job's node restriction (``--nodelist``, ``--exclude``, ``--constraint``'s text or "");
@@ -287,6 +288,8 @@ class _Cycle:
         where = self.where(job, pool)
         if self.place(job, pool, shape, end, gate, where=where):
             return
+        if gate.shadow is not None and self.place_shortened(job, pool, shape, where):
+            return
         self.blocked(
             job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow, where=where
         )
@@ -422,6 +425,24 @@ class _Cycle:
         self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
         self.record_start(job, placed, final.standing is Standing.BORROWING)
         self.started.extend(Release(end, p.shape, p.choice) for p in placed)
+        return True
+
+    def place_shortened(self, job: Job, pool: _Pool, shape: Shape, where: _Where) -> bool:
+        """Step 4 again for a job with ``--time-min`` that the reservation held back: with
+        the longest limit that ends before the reserved start (:func:`shortened_limit`); its
+        start then carries that limit. ``False``: no such limit, or it does not fit."""
+        limit = shortened_limit(job.spec, pool.backfill.reservation, self.now)
+        if limit is None:
+            return False
+        end = self.now + limit
+        gate = pool.backfill.gate(end)
+        if not gate.open or gate.shadow is not None:
+            return False
+        count = len(self.starts)
+        if not self.place(job, pool, shape, end, gate, where=where):
+            return False
+        if len(self.starts) > count:
+            self.starts[-1] = replace(self.starts[-1], time_limit_s=limit)
         return True
 
     def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:
