@@ -38,8 +38,8 @@ _KEY_RE = re.compile(r"^[0-9a-f]{32,128}$")
 OUTPUT_SYMBOLS: Mapping[str, str] = {
     "j": "job id",
     "x": "job name",
-    "A": "array id (the job id outside an array)",
-    "a": "array index (4294967294 outside an array, as Slurm)",
+    "A": "array id, else the job id",
+    "a": "array index, else 4294967294 as Slurm",
     "u": "user",
     "N": "node name",
     "%": "a %",
