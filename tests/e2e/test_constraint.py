@@ -90,6 +90,7 @@ def test_a_constraint_no_node_has_pends_saying_so(fpool: Pool) -> None:
             subprocess.run(["sleep", "0.2"], check=True)
         job = fpool.job(job_id)
         assert job["state"] == "PENDING"
+        assert job["constraint"] == "nvlink&ib"
         said = job["pending_reason"]
         assert said.startswith("BadConstraints: no node of pool default has the features")
         assert "--constraint 'nvlink&ib'" in said

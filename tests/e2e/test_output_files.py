@@ -46,6 +46,9 @@ def test_output_and_error_files_with_patterns(opool: Pool, outdir: Path) -> None
     assert out.read_bytes() == b"to-out\n"
     assert err.read_bytes() == b"to-err\n"
     assert out.stat().st_uid != 0  # opened as the job's account, not the supervisor's root
+    shown = opool.job(job_id)
+    assert shown["output"] == f"{outdir}/%x-%j-%u-%N.out"
+    assert shown["error"] == f"{outdir}/%x-%A_%a.err"
     assert gpupool(opool, "logs", job_id).stdout == "to-out\n"  # the server's log as before
 
 

@@ -118,6 +118,8 @@ def test_run_pty_bash_in_tmux_behaves_as_srun_pty(ppool: Pool, tmp_path: Path) -
         matching = [j for j in jobs if j["name"] == "bash"]
         assert len(matching) == 1, jobs
         job = matching[0]
+        assert job["pty"] is True
+        assert not any(isinstance(v, dict) and "key" in v for v in job.values())  # never shown
         ppool.wait_state(job["id"], "RUNNING")  # the heartbeat may come after the first keys
         sleeper = wait_for(sleep_100, 30, "the job's sleep 100")
         pane.type("C-c")

@@ -50,6 +50,7 @@ def test_only_a_job_with_time_min_backfills_into_the_gap(tpool: Pool) -> None:
         ids.append(short)
         started = tpool.wait_state(short, "CONFIGURING", "RUNNING")
         assert 300 <= started["time_limit_s"] <= 600, started["time_limit_s"]
+        assert started["time_min_s"] == 300
         assert tpool.job(plain)["state"] == "PENDING"
         assert tpool.job(big)["state"] == "PENDING"
         events = tpool.get(f"/v1/jobs/{short}/events")
