@@ -60,12 +60,10 @@ def open_terminal(uid: int | None, gid: int | None) -> tuple[int, int]:
 
 def take_terminal() -> None:
     """In the job's child, after ``setsid``: make stdin (the slave) the controlling terminal,
-    so that ^C, ^Z and window changes reach the job's foreground group, and give SIGINT and
-    SIGQUIT back their default action (the supervisor ignores SIGINT, and an ignored signal
-    stays ignored across ``exec``: the job's ``sleep`` would never see its ^C)."""
+    so that ^C, ^Z and window changes reach the job's foreground group. (The job's SIGINT is
+    at its default: the supervisor catches it with a handler, never ``SIG_IGN``, which would
+    outlive ``exec``.)"""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-    for signum in (signal.SIGINT, signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_DFL)
 
 
 def set_size(fd: int, rows: int, cols: int) -> None:

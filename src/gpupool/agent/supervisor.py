@@ -132,6 +132,10 @@ def _never_ran(rule: dict[str, Any], code: int | None, stderr: str) -> str | Non
     return None
 
 
+def _no_op(signum: int, frame: object) -> None:
+    """The supervisor's SIGINT: nothing (see :meth:`Supervisor.run`)."""
+
+
 def _signal_number(name: str) -> int:
     try:
         return int(getattr(signal, name))
@@ -192,7 +196,10 @@ class Supervisor:
             return 1
         signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
         signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A Ctrl-C meant for the agent's terminal must not end the supervisor; a handler that
+        # does nothing, not SIG_IGN: an ignored signal stays ignored across exec, and the job
+        # (Python's KeyboardInterrupt, a --checkpoint-signal SIGINT) would never see one.
+        signal.signal(signal.SIGINT, _no_op)
         self._write(status=STARTING)
         account: dict[str, Any] = {}
         if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
