@@ -118,7 +118,14 @@ class StoreTarget:
         mark(s, nodes)
         reason = f"placed on {', '.join(nodes)}"
         if start.time_limit_s is not None:  # --time-min: backfill granted a shorter limit
-            row.spec = {**row.spec, "time_limit_s": start.time_limit_s}
+            expected = row.spec.get("expected_duration_s")
+            row.spec = {
+                **row.spec,
+                "time_limit_s": start.time_limit_s,
+                "expected_duration_s": (
+                    None if expected is None else min(float(expected), start.time_limit_s)
+                ),
+            }
             reason += f" with a time limit of {start.time_limit_s:.0f} s (--time-min backfill)"
         move(s, row, JobState.CONFIGURING, now, reason=reason)
         port = 20000 + zlib.crc32(f"{row.id}/{row.restart_count}".encode()) % 20000
