@@ -136,6 +136,7 @@ def run_agent(  # noqa: PLR0917 - typer options
     feature: list[str] | None = typer.Option(  # noqa: B008
         None,
         "--feature",
+        envvar="GPUPOOL_AGENT_FEATURES",
         help="node features for --constraint: ib,a100x8 (repeat or comma-separate)",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
