@@ -50,8 +50,9 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
     # lease expiry, no nodes.agent_id, no memory oversubscription (pools) or spilled bytes
     # (slices), no container engines (nodes) or container settings (pools), no token parents,
-    # no nodes.orders_version, no devices.context_reserve_mib.
+    # no nodes.orders_version, no devices.context_reserve_mib, no nodes.features.
     with cp.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE nodes DROP COLUMN features"))
         conn.execute(text("DROP INDEX ix_tokens_parent_id"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN parent_id"))
         conn.execute(text("DROP TABLE uploads"))
@@ -80,6 +81,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "orders_version" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}
     devices = {c["name"] for c in inspect(cp.engine).get_columns("devices")}
     assert "context_reserve_mib" in devices
+    assert "features" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}
 
 
 def test_tables_without_a_schema_version_are_refused(cp: ControlPlane) -> None:

@@ -108,6 +108,7 @@ class AgentConfig:
     checkpoint_root: Path | None = None  # default <state>/checkpoints
     pool: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    features: list[str] = field(default_factory=list)  # --feature, for --constraint
     heartbeat_interval_s: float = 5.0  # until the server says otherwise
     local_tick_s: float = 0.25
     log_ship_interval_s: float = 1.0  # how often new log bytes go to the server
@@ -272,6 +273,7 @@ class Agent(Launcher):
                 mps=self.mps is not None, mig=bool(self._mig), shim=self.shim_refused is None
             ),
             labels=self.config.labels,
+            features=list(self.config.features),
             container_engines=self.containers.available(),
             pool=self.config.pool,
             agent_id=self.agent_id,

@@ -73,6 +73,9 @@ class LaunchSpec:
     prepare: list[list[str]] = field(default_factory=list)
     cleanup: list[list[str]] = field(default_factory=list)
     boot_failure: dict[str, Any] = field(default_factory=dict)
+    pty: dict[str, str] | None = None  # run --pty's endpoint (agent/ptyrelay.py)
+    stdout_file: str | None = None  # -o, expanded, absolute
+    stderr_file: str | None = None  # -e (the -o file when only -o was given)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -69,6 +69,11 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "prepare": [],
     "cleanup": [],
     "boot_failure": {},
+    # issue 27: {"address", "key"}: a terminal relayed to gpupool run --pty (agent/ptyrelay.py);
+    # the job's -o/-e files, absolute and expanded (the same path twice: one file for both)
+    "pty": None,
+    "stdout_file": None,
+    "stderr_file": None,
 }
 LAUNCH_REQUIRED = ("argv", "env", "cwd")
 

@@ -27,6 +27,7 @@ from gpupool.agent.gpurules import GpuRules, Replica
 from gpupool.agent.jobdir import BOOT_FAILED, LaunchSpec, ProcessState, write_json
 from gpupool.agent.jobsteps import upload_steps
 from gpupool.agent.logship import LogShipper
+from gpupool.agent.outfiles import output_files
 from gpupool.agent.runas import Account, NoAccount, hand_over, job_account
 from gpupool.agent.transport import Transport
 from gpupool.agent.unpack import UnsafeArchive, copy_path, download_later
@@ -242,6 +243,7 @@ class Launcher(GpuRules):
             gid=account.gid if account is not None else None,
             groups=list(account.groups) if account is not None else [],
             **upload_steps(archive, workdir, account),
+            **output_files(a, self.config.node, workdir),
         )
         if a.container is not None:  # the one seam: the same replica, in its image
             try:

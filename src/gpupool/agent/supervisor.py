@@ -44,43 +44,18 @@ import subprocess
 import sys
 import threading
 
-from gpupool.agent import jobfiles, jobsteps
+from gpupool.agent import jobfiles, jobio, jobsteps
 from gpupool.agent.jobfiles import BOOT_FAILED, EXITED, RUNNING, STARTING, read_json
 from gpupool.domain.clocks import SystemClock
 from gpupool.runtime.procs import start_ticks
 
 TYPE_CHECKING = False  # ``typing`` costs start-up time: only mypy reads this
 if TYPE_CHECKING:
-    from typing import IO, Any
+    from typing import Any
 
 
 #: Seconds between two reads of the agent's contact record.
 FENCE_POLL_S = 1.0
-
-
-def _pump(source: IO[bytes], path: str, cap: int) -> None:
-    """Copy ``source`` into ``path`` until EOF, keeping at most ``cap`` bytes of it.
-
-    Past the cap the rest is read and discarded (the job never blocks on a full pipe), and at
-    the end one line says exactly how many bytes were discarded after which byte."""
-    written = 0
-    discarded = 0
-    with open(path, "ab", buffering=0) as out:
-        while True:
-            chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
-            if not chunk:
-                break
-            room = max(0, cap - written)
-            if room:
-                out.write(chunk[:room])
-                written += min(len(chunk), room)
-            discarded += max(0, len(chunk) - room)
-        if discarded:
-            stream = os.path.splitext(os.path.basename(path))[0]  # stdout or stderr
-            out.write(
-                f"\n[gpupool: {stream} reached its cap of {cap} bytes (the agent's --log-cap); "
-                f"the {discarded} bytes written after byte {cap} were discarded]\n".encode()
-            )
 
 
 def _tail(path: str, size: int = 1500) -> str:
@@ -105,6 +80,10 @@ def _never_ran(rule: dict[str, Any], code: int | None, stderr: str) -> str | Non
     if code in rule.get("exit_codes", []) or any(tail.startswith(s) for s in starts):
         return f"{rule.get('what', 'the program did not start')}: {tail or f'exit {code}'}"
     return None
+
+
+def _no_op(signum: int, frame: object) -> None:
+    """The supervisor's SIGINT: nothing (see :meth:`Supervisor.run`)."""
 
 
 def _signal_number(name: str) -> int:
@@ -167,7 +146,10 @@ class Supervisor:
             return 1
         signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
         signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A Ctrl-C meant for the agent's terminal must not end the supervisor; a handler that
+        # does nothing, not SIG_IGN: an ignored signal stays ignored across exec, and the job
+        # (Python's KeyboardInterrupt, a --checkpoint-signal SIGINT) would never see one.
+        signal.signal(signal.SIGINT, _no_op)
         self._write(status=STARTING)
         account: dict[str, Any] = {}
         if spec["uid"] is not None:  # the job's own account; groups first, then gid, uid
@@ -196,17 +178,26 @@ class Supervisor:
                 ended_at=self.clock.now(),
             )
             return 0
+        files = jobio.open_output_files(spec)
+        if isinstance(files, str):
+            self._cleanup(spec)
+            self._write(status=BOOT_FAILED, reason=files, ended_at=self.clock.now(), final=True)
+            return 1
+        terminal = self._terminal(spec, files)
         started_at = self.clock.now()
+        stdio: dict[str, Any] = (
+            {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            if terminal is None
+            else terminal.stdio()
+        )
         try:
             proc = subprocess.Popen(
                 spec["argv"],
                 cwd=spec["cwd"],
                 env=spec["env"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                **stdio,
                 **account,
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
@@ -221,17 +212,28 @@ class Supervisor:
                 ended_at=self.clock.now(),
             )
             return 1
+        finally:
+            if terminal is not None:
+                terminal.started()
         self._write(status=RUNNING, pid=proc.pid, started_at=started_at)
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        pumps = [
-            threading.Thread(
-                target=_pump, args=(s, self._file(p), spec["log_cap_bytes"]), daemon=True
-            )
-            for s, p in ((proc.stdout, jobfiles.STDOUT), (proc.stderr, jobfiles.STDERR))
-        ]
-        for t in pumps:
-            t.start()
+        pumps: list[threading.Thread] = []
+        if terminal is None:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            cap = spec["log_cap_bytes"]
+            pumps = [
+                threading.Thread(
+                    target=jobio.pump, args=(s, jobio.Log(self._file(p), cap, also)), daemon=True
+                )
+                for s, p, also in (
+                    (proc.stdout, jobfiles.STDOUT, files[0]),
+                    (proc.stderr, jobfiles.STDERR, files[1]),
+                )
+            ]
+            for t in pumps:
+                t.start()
+        else:
+            terminal.relay.start(proc.pid)
         waiter = threading.Thread(target=self._wait_for, args=(proc,), daemon=True)
         waiter.start()
         stop_reason, kill_at = self._supervise(proc, spec)
@@ -239,6 +241,11 @@ class Supervisor:
         self._cleanup(spec)
         for t in pumps:
             t.join(timeout=5.0)
+        if terminal is not None:
+            terminal.close()
+        for fd in set(files) - {None}:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # type: ignore[arg-type]
         self._pack(spec)
         code = proc.returncode
         never_ran = _never_ran(spec["boot_failure"], code, self._file(jobfiles.STDERR))
@@ -259,6 +266,16 @@ class Supervisor:
             reason="killed after its grace period" if kill_at == "killed" else None,
         )
         return 0
+
+    def _terminal(self, spec: dict[str, Any], files: tuple[int | None, int | None]) -> Any:
+        """``run --pty``'s terminal and its relay (:mod:`gpupool.agent.ptyrelay`), connected
+        before the program starts; ``None`` for a job without one."""
+        if not spec["pty"]:
+            return None
+        from gpupool.agent.ptyrelay import Terminal  # only jobs with a terminal pay for it
+
+        log = jobio.Log(self._file(jobfiles.STDOUT), spec["log_cap_bytes"], files[0])
+        return Terminal.open(spec, log, self._file(jobfiles.STDERR))
 
     def _unpack(self, spec: dict[str, Any]) -> str | None:
         """Unpack the job's upload into its folder first (see :mod:`gpupool.agent.jobsteps`:

@@ -69,6 +69,11 @@ def job_view(
         dependency=spec.dependency.text() if spec.dependency is not None else None,
         nodelist=list(spec.nodelist),
         exclude=list(spec.exclude),
+        output=spec.stdout_path,
+        error=spec.stderr_path,
+        time_min_s=spec.time_min_s,
+        constraint=spec.constraint.text if spec.constraint is not None else None,
+        pty=spec.pty is not None,
         pending_reason=detail.pending_reason if detail else None,
         estimated_start=detail.estimated_start if detail else None,
         nodes=list(detail.nodes) if detail else [],
@@ -154,6 +159,7 @@ def node_view(n: NodeInfo) -> NodeView:
         container_engines=list(n.container_engines),
         last_heartbeat=n.last_heartbeat,
         labels=dict(n.node.labels),
+        features=list(n.node.features),
         devices=[
             device_view(d, n.slices.get(d.uuid, ()), n.samples.get(d.uuid)) for d in n.devices
         ],

@@ -133,6 +133,12 @@ def run_agent(  # noqa: PLR0917 - typer options
     ),
     log_cap: str = typer.Option("64MiB", help="size cap of each job's stdout and stderr log"),
     run_as: str = typer.Option("auto", envvar=RUN_AS_ENV, help=RUN_AS_HELP),
+    feature: list[str] | None = typer.Option(  # noqa: B008
+        None,
+        "--feature",
+        envvar="GPUPOOL_AGENT_FEATURES",
+        help="node features for --constraint: ib,a100x8 (repeat or comma-separate)",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log more"),
 ) -> None:
     """Run this machine's node agent: report its GPUs and run the jobs placed on them.
@@ -144,6 +150,7 @@ def run_agent(  # noqa: PLR0917 - typer options
     from gpupool.agent.runas import check_mode, check_token_file, protect_state
     from gpupool.agent.transport import AgentRejected, HttpTransport
     from gpupool.control.machinery.clock import SystemClock
+    from gpupool.domain.interactive import parse_features
     from gpupool.domain.units import mib_to_bytes, parse_memory
     from gpupool.gpu import open_backend
 
@@ -156,6 +163,7 @@ def run_agent(  # noqa: PLR0917 - typer options
         name = node or default_node_name()
         token = read_token(token_file)
         cap = mib_to_bytes(parse_memory(log_cap, field="log-cap"))
+        features = parse_features(",".join(feature or ()))
         backend = open_backend(node=name, simulate=simulate, seed=seed)
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -170,6 +178,7 @@ def run_agent(  # noqa: PLR0917 - typer options
         pool=pool,
         log_cap_bytes=cap,
         run_as=run_as,
+        features=list(features),
     )
     reachable = [folder / "work", checkpoint_root or folder / "checkpoints"]
     try:

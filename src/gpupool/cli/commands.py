@@ -1,8 +1,8 @@
 """The table of ``gpupool``'s commands, loaded lazily.
 
 Commands live in one module per group, each with an ``install(app)`` that adds its commands:
-:mod:`~gpupool.cli.jobs` (submit, run, queue), :mod:`~gpupool.cli.jobinfo` (show, logs, fetch,
-history),
+:mod:`~gpupool.cli.jobs` (submit, run, queue), :mod:`~gpupool.cli.alloc` (alloc),
+:mod:`~gpupool.cli.jobinfo` (show, logs, fetch, history),
 :mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update), :mod:`~gpupool.cli.resize`,
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens, audit), :mod:`~gpupool.cli.top`,
@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "submit": "gpupool.cli.jobs",
     "run": "gpupool.cli.jobs",
     "queue": "gpupool.cli.jobs",
+    "alloc": "gpupool.cli.alloc",
     "show": "gpupool.cli.jobinfo",
     "logs": "gpupool.cli.jobinfo",
     "fetch": "gpupool.cli.jobinfo",

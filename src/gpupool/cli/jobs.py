@@ -39,6 +39,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
+from gpupool.cli.sliceopts import AccountOpt, CpusOpt, GpuMemOpt, GpusOpt, MemOpt, PoolOpt
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.logs import LogPiece, PendingNotice
 from gpupool.client.sdk import Client, merge_spec
@@ -145,6 +146,11 @@ def build_submission(
     container_engine: str | None = None,
     mail_type: str | None = None,
     mail_user: str | None = None,
+    output: str | None = None,
+    error: str | None = None,
+    time_min: str | None = None,
+    constraint: str | None = None,
+    pty: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The job-file mapping for ``submit``'s options (validated; raises SpecError).
 
@@ -190,6 +196,11 @@ def build_submission(
         "container.engine": container_engine,
         "mail_type": mail_type,  # sbatch --mail-type / --mail-user (gpupool.domain.mail)
         "mail_user": mail_user,
+        "output": output,  # sbatch -o/--error, --time-min, --constraint; run --pty
+        "error": error,
+        "time_min": time_min,
+        "constraint": constraint,
+        "pty": dict(pty) if pty is not None else None,
     }
     if workdir is not None and not workdir.is_dir():
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
@@ -223,22 +234,16 @@ def build_submission(
 def _submit_command(  # noqa: PLR0917 - sbatch-like options
     argv: Annotated[list[str] | None, typer.Argument(help="the command, after --")] = None,
     job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="job name")] = None,
-    gpus: Annotated[
-        str | None, typer.Option("-g", "--gpus", help="GPU share: 0.5, 50%, 500m, or whole: 2")
-    ] = None,
-    gpu_mem: Annotated[
-        str | None, typer.Option("--gpu-mem", help="GPU memory per device, e.g. 10GiB")
-    ] = None,
+    gpus: GpusOpt = None,
+    gpu_mem: GpuMemOpt = None,
     gpu_type: Annotated[
         list[str] | None,
         typer.Option("--gpu-type", help="allowed GPU model (repeat, or A100|H100)"),
     ] = None,
-    cpus: Annotated[str | None, typer.Option("-c", "--cpus", help="host CPUs, e.g. 4")] = None,
-    mem: Annotated[str | None, typer.Option("--mem", help="host memory, e.g. 32GiB")] = None,
-    pool: Annotated[str | None, typer.Option("-p", "--pool", help="pool (partition)")] = None,
-    account: Annotated[
-        str | None, typer.Option("-A", "--account", help="tenant to charge (default: yours)")
-    ] = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
+    pool: PoolOpt = None,
+    account: AccountOpt = None,
     qos: QosOpt = None,
     time_limit: TimeOpt = None,
     expected: ExpectedOpt = None,
@@ -333,6 +338,25 @@ def _submit_command(  # noqa: PLR0917 - sbatch-like options
         str | None,
         typer.Option("--mail-user", help="notify whom: an e-mail address or an https:// webhook"),
     ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("-o", "--output", help="also write stdout to this file on the node: %j %x %a"),
+    ] = None,
+    error: Annotated[
+        str | None,
+        typer.Option("--error", help="also write stderr to this file on the node (default: -o)"),
+    ] = None,
+    time_min: Annotated[
+        str | None,
+        typer.Option("--time-min", help="backfill may start it with a time limit this short"),
+    ] = None,
+    constraint: Annotated[
+        str | None,
+        typer.Option("-C", "--constraint", help='node features: "ib&a100x8", "a100|h100"'),
+    ] = None,
+    pty: Annotated[
+        bool, typer.Option("--pty", help="run only: the job gets your terminal (srun --pty)")
+    ] = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -349,13 +373,21 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
     array: str | None = params["array"]
     if array is not None and follow:
         raise fail("--array submits many jobs: use gpupool submit --array, then gpupool queue")
+    want_pty = bool(params.get("pty"))
+    if want_pty and not follow:
+        raise fail("--pty gives a job your terminal: use gpupool run --pty, e.g. run --pty bash")
     with handle_errors(cli_options=True):
-        spec = build_submission(**{k: params[k] for k in keys})
+        spec = build_submission(**{k: params[k] for k in keys if k in params and k != "pty"})
         if array is not None:
             parse_array(array)  # refused here, before anything is uploaded
         begin_text: str | None = params.get("begin")
         begin = None if begin_text is None else parse_begin(begin_text, SystemClock().now())
     with session(server, token) as gp:
+        if want_pty:
+            from gpupool.cli import ptyrun  # only a terminal pays for termios and sockets
+
+            listener, endpoint = ptyrun.listen(gp.server)
+            spec["pty"] = endpoint  # checked again by the server, as the whole spec
         workdir: Path | None = params.get("workdir")
         upload = gp.upload_workdir(workdir) if workdir is not None else None
         if array is not None:
@@ -390,6 +422,8 @@ def _submit(params: dict[str, Any], *, follow: bool) -> None:
             print_json(job)
         else:
             typer.echo(f"Submitted job {job.id} ({job.name}) to pool {job.pool}", err=follow)
+        if follow and want_pty:
+            raise typer.Exit(ptyrun.session(gp, job, listener, endpoint["key"], _exit_code))
         if follow:
             raise typer.Exit(_follow(gp, job))
 
@@ -426,6 +460,12 @@ def _follow(gp: Client, job: JobView) -> int:
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return _exit_code(final)
+
+
+def _exit_code(final: JobView) -> int:
+    """``run``'s exit status for a job that ended as ``final`` (its own exit code when it
+    failed with one), saying on stderr how it ended when not ``COMPLETED``."""
     if final.state == "COMPLETED":
         return 0
     typer.echo(

@@ -321,6 +321,7 @@ def nodes_table(nodes: Sequence[NodeView], now: float) -> Table:
         "CPUS",
         "MEMORY",
         "ISOLATION",
+        "FEATURES",
         "HEARTBEAT",
         right=("GPUS",),
     )
@@ -334,6 +335,7 @@ def nodes_table(nodes: Sequence[NodeView], now: float) -> Table:
             format_cpus(n.cpu_milli),
             format_memory(n.memory_mib),
             ",".join(n.isolation_modes),
+            ",".join(n.features) or DASH,  # for --constraint (gpupool agent --feature)
             ago(n.last_heartbeat, now),
         )
     return t

@@ -83,6 +83,10 @@ OPTION_NAMES: dict[str, str] = {
     "isolation": "--isolation",
     "max_restarts": "--max-restarts",
     "workdir": "--workdir",
+    "output": "-o/--output",
+    "error": "--error",
+    "time_min": "--time-min",
+    "constraint": "-C/--constraint",
 }
 
 

@@ -120,7 +120,8 @@ def this_node(client: Client, node: str | None = None) -> str | None:
         f"this machine ({label}) is not a node of the pool (its nodes: {', '.join(names)}): an "
         "allocation sets CUDA_VISIBLE_DEVICES for this process, so it must run where the slice "
         "is; run it on a node, pass node='NAME' if this machine's agent uses another name, or "
-        "use gpupool run / submit for work on other nodes"
+        "use gpupool run / submit for work on other nodes (gpupool run --pty bash: a shell on "
+        "one)"
     )
 
 

@@ -19,6 +19,7 @@ from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.dependency import Dependency
 from gpupool.domain.errors import InvalidValue
+from gpupool.domain.interactive import Constraint, PtyRequest
 from gpupool.domain.pools import DEFAULT_POOL
 from gpupool.domain.resources import ResourceRequest
 from gpupool.domain.states import JobState
@@ -170,6 +171,16 @@ class JobSpec:
     # (an e-mail address or a webhook URL; None: the server's webhook).
     mail_type: tuple[str, ...] = ()
     mail_user: str | None = None
+    # issue 27 (gpupool.domain.interactive): srun --pty's terminal (None: output to the logs
+    # only, stdin /dev/null); sbatch -o/-e: patterns of files on the node the job's stdout and
+    # stderr are also written to (None: none; stderr_path None with stdout_path: both in one);
+    # --time-min: backfill may start it with a time limit this short (None: only its full
+    # time_limit_s); --constraint: the node features it needs (None: any node).
+    pty: PtyRequest | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    time_min_s: float | None = None
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen_env(self.env))

@@ -63,6 +63,13 @@ from gpupool.domain.containers import KNOWN_KEYS as CONTAINER_KEYS
 from gpupool.domain.containers import build_container
 from gpupool.domain.dependency import parse_dependency
 from gpupool.domain.errors import InvalidValue, Problem, SpecError
+from gpupool.domain.interactive import (
+    Constraint,
+    PtyRequest,
+    parse_constraint,
+    parse_output,
+    parse_pty,
+)
 from gpupool.domain.jobs import (
     IsolationMode,
     JobSpec,
@@ -114,6 +121,12 @@ KNOWN_KEYS: tuple[str, ...] = (
     # sbatch --mail-type / --mail-user (gpupool.domain.mail)
     "mail_type",
     "mail_user",
+    # issue 27's interactive part (gpupool.domain.interactive)
+    "pty",
+    "output",
+    "error",
+    "time_min",
+    "constraint",
     "container",
     *CONTAINER_KEYS,
 )
@@ -431,6 +444,7 @@ def build_spec(
         if data.get("mail_user") is not None
         else None
     )
+    pty, output, error, time_min, constraint = _interactive_keys(c, data, time_limit)
 
     container = None
     if data.get("container") is not None:
@@ -464,7 +478,36 @@ def build_spec(
         container=container,
         mail_type=tuple(mail_type or ()),
         mail_user=mail_user,
+        pty=pty,
+        stdout_path=output,
+        stderr_path=error,
+        time_min_s=time_min,
+        constraint=constraint,
     )
+
+
+def _interactive_keys(
+    c: _Collector, data: Mapping[str, Any], time_limit: float | None
+) -> tuple[PtyRequest | None, str | None, str | None, float | None, Constraint | None]:
+    """``pty``, ``output``, ``error``, ``time_min`` and ``constraint`` (issue 27), checked."""
+
+    def given(key: str, parser: Callable[[Any], Any]) -> Any:
+        return c.parse(key, data[key], parser) if data.get(key) is not None else None
+
+    pty = given("pty", parse_pty)
+    output = given("output", lambda v: parse_output(v, "output"))
+    error = given("error", lambda v: parse_output(v, "error"))
+    time_min = given("time_min", lambda v: _as_positive_duration(v, "time_min"))
+    if time_min is not None and time_limit is None:
+        c.add("time_min", "needs a time_limit (-t): the job runs between time_min and it")
+    elif time_min is not None and time_limit is not None and time_min > time_limit:
+        c.add("time_min", "is longer than time_limit: give a time_min at most the time limit")
+    constraint = given("constraint", parse_constraint)
+    if pty is not None and (data.get("replicas") or 1) != 1:
+        c.add("pty", "a terminal is for one process: give replicas 1")
+    if pty is not None and data.get("container") is not None:
+        c.add("pty", "a terminal in a container image is not supported yet: run without --image")
+    return pty, output, error, time_min, constraint
 
 
 def _as_bool_text(value: object) -> str:

@@ -75,6 +75,7 @@ class Node:
     state: NodeState = NodeState.UP
     labels: tuple[tuple[str, str], ...] = ()
     isolation_modes: tuple[str, ...] | None = None
+    features: tuple[str, ...] = ()  # for --constraint (gpupool agent --feature), sorted
 
     @property
     def schedulable(self) -> bool:

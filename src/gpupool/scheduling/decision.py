@@ -48,6 +48,7 @@ class PendingReason(enum.Enum):
     CYCLE_LIMIT = "CycleLimit"  # not considered this cycle (``max_jobs_per_cycle``)
     BEGIN_TIME = "BeginTime"  # submitted with a begin time still to come (sbatch --begin)
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"  # it fits only nodes that are drained or down now
+    BAD_CONSTRAINTS = "BadConstraints"  # no node of its pool has the features it asks for
     # Given by the control plane before a cycle, never by the scheduler (a job waiting on
     # other jobs is not in its snapshot): see control/machinery/dependencies.py.
     DEPENDENCY = "Dependency"  # its dependency on other jobs is not met yet
@@ -84,6 +85,9 @@ class Start:
     pool: str
     replicas: tuple[ReplicaStart, ...]
     borrowing: bool = False
+    #: ``--time-min``: the time limit backfill started it with (``None``: its own; see
+    #: :mod:`gpupool.scheduling.timemin`).
+    time_limit_s: float | None = None
 
     @property
     def gpu_milli(self) -> int:

@@ -25,7 +25,7 @@ passed in; it saves work and never changes a decision.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from types import MappingProxyType
@@ -37,6 +37,7 @@ from gpupool.domain.nodes import DeviceHealth, allowed_model
 from gpupool.scheduling.admission import Ledger, Standing, make_admission
 from gpupool.scheduling.capacity import ClusterCapacity, build_capacity
 from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.constraints import bad_constraint_message, node_allowed
 from gpupool.scheduling.decision import (
     Decision,
     PendingInfo,
@@ -83,10 +84,12 @@ from gpupool.scheduling.reservation import (
     running_releases,
 )
 from gpupool.scheduling.snapshot import ClusterSnapshot
+from gpupool.scheduling.timemin import shortened_limit
 
 _ShapeKey = tuple[Shape, int]
-#: A job's node restriction (``--nodelist``, ``--exclude``); ``()`` for none.
-_NodeKey = tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]
+#: A job's node restriction (``--nodelist``, ``--exclude``, ``--constraint``'s text or "");
+#: ``()`` for none.
+_NodeKey = tuple[tuple[str, ...], tuple[str, ...], str] | tuple[()]
 _WhereKey = tuple[Shape, int, _NodeKey]
 
 
@@ -170,6 +173,7 @@ class _Cycle:
         # job of theirs gets the pool's shared answer (see sweep).
         self.sealed: _Pool | None = None  # the first such pool of this cycle
         self.unfit: list[str] = []  # pending jobs that fit nowhere in their pool, even empty
+        self._features: dict[str, tuple[str, ...]] | None = None  # see node_features
 
     # ----------------------------------------------------------------- helpers
 
@@ -284,30 +288,37 @@ class _Cycle:
         where = self.where(job, pool)
         if self.place(job, pool, shape, end, gate, where=where):
             return
+        if gate.shadow is not None and self.place_shortened(job, pool, shape, where):
+            return
         self.blocked(
             job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow, where=where
         )
 
     def where(self, job: Job, pool: _Pool) -> _Where:
         """The nodes of ``pool`` that ``job`` may use: all of them, or those its ``nodelist``
-        names and its ``exclude`` does not (sbatch ``--nodelist`` / ``--exclude``)."""
+        names and its ``exclude`` does not (sbatch ``--nodelist`` / ``--exclude``), and whose
+        features satisfy its ``constraint`` (``--constraint``, see :func:`node_allowed`)."""
         spec = job.spec
-        if not spec.nodelist and not spec.exclude:
+        if not spec.nodelist and not spec.exclude and spec.constraint is None:
             return _Where(pool.nodes)
-        key: _NodeKey = (spec.nodelist, spec.exclude)
+        text = spec.constraint.text if spec.constraint is not None else ""
+        key: _NodeKey = (spec.nodelist, spec.exclude, text)
         found = pool.node_masks.get(key)
         if found is None:
-            only, never = set(spec.nodelist), set(spec.exclude)
+            features = self.node_features()
             allowed = np.fromiter(
-                (
-                    (not only or n in only) and n not in never
-                    for n in self.capacity.arrays.node_names
-                ),
+                (node_allowed(spec, n, features) for n in self.capacity.arrays.node_names),
                 dtype=np.bool_,
                 count=len(self.capacity.arrays.node_names),
             )
             found = pool.node_masks[key] = pool.nodes & allowed
         return _Where(found, key)
+
+    def node_features(self) -> Mapping[str, tuple[str, ...]]:
+        """Each node's features (``gpupool agent --feature``), read once per cycle."""
+        if self._features is None:
+            self._features = {n.name: n.features for n in self.snapshot.nodes}
+        return self._features
 
     def skip(self, job: Job) -> bool:
         """Step 1: True (and its reason given) when ``job`` is not for this cycle: held, not
@@ -415,6 +426,24 @@ class _Cycle:
         self.record_start(job, placed, final.standing is Standing.BORROWING)
         held = pool.live.held_shape  # a release gives back the slice and its context headroom
         self.started.extend(Release(end, held(p.shape, p.choice), p.choice) for p in placed)
+        return True
+
+    def place_shortened(self, job: Job, pool: _Pool, shape: Shape, where: _Where) -> bool:
+        """Step 4 again for a job with ``--time-min`` that the reservation held back: with
+        the longest limit that ends before the reserved start (:func:`shortened_limit`); its
+        start then carries that limit. ``False``: no such limit, or it does not fit."""
+        limit = shortened_limit(job.spec, pool.backfill.reservation, self.now)
+        if limit is None:
+            return False
+        end = self.now + limit
+        gate = pool.backfill.gate(end)
+        if not gate.open or gate.shadow is not None:
+            return False
+        count = len(self.starts)
+        if not self.place(job, pool, shape, end, gate, where=where):
+            return False
+        if len(self.starts) > count:
+            self.starts[-1] = replace(self.starts[-1], time_limit_s=limit)
         return True
 
     def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:
@@ -531,6 +560,8 @@ class _Cycle:
         reason, message = found
         if reason in (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE):
             away = self.unavailable_nodes(job, pool)
+            if not away and self.no_node_has_features(job, pool):
+                return
             if away:
                 self.wait(
                     job,
@@ -577,16 +608,33 @@ class _Cycle:
             estimate = reclaim.at if estimate is None else min(estimate, reclaim.at)
         self.wait(job, reason, message, estimate)
 
+    def no_node_has_features(self, job: Job, pool: _Pool) -> bool:
+        """When no node of ``pool`` satisfies ``job``'s ``--constraint`` (up or not): it waits
+        with ``BadConstraints`` saying so, and True."""
+        spec = job.spec
+        if spec.constraint is None:
+            return False
+        features = self.node_features()
+        on_pool = {d.node for d in self.snapshot.devices if d.pool == pool.name}
+        nodes = [n for n in self.snapshot.nodes if n.name in on_pool]
+        if any(spec.constraint.allows(features.get(n.name, ())) for n in nodes):
+            return False
+        self.wait(
+            job, PendingReason.BAD_CONSTRAINTS, bad_constraint_message(spec, pool.name, nodes)
+        )
+        self.unfit.append(job.id)
+        return True
+
     def unavailable_nodes(self, job: Job, pool: _Pool) -> list[str]:
         """The nodes of ``pool`` (within the job's ``nodelist``/``exclude``) that are drained,
         draining or down and could hold one of its replicas when back and empty, each with its
         state: ``n1 (drained)``."""
         spec, res = job.spec, job.spec.resources
-        only, never = set(spec.nodelist), set(spec.exclude)
+        features = self.node_features()
         away = {
             n.name: n
             for n in self.snapshot.nodes
-            if not n.schedulable and (not only or n.name in only) and n.name not in never
+            if not n.schedulable and node_allowed(spec, n.name, features)
         }
         if not away:
             return []

@@ -106,6 +106,11 @@ class RegisterRequest(WireModel):
         max_length=16,
         description="container engines this node can run jobs with (podman, docker)",
     )
+    features: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="node features for --constraint (gpupool agent --feature ib,a100x8)",
+    )
     pool: str | None = None
     agent_id: str | None = Field(
         default=None,
@@ -270,6 +275,13 @@ class ArrayInfo(WireModel):
     last: int
 
 
+class PtyWire(WireModel):
+    """Where ``gpupool run --pty`` listens for the node, and the key the node says first."""
+
+    address: str = Field(max_length=300)
+    key: str = Field(max_length=128)
+
+
 class AssignmentSpec(WireModel):
     """One replica to start on this node.
 
@@ -307,6 +319,16 @@ class AssignmentSpec(WireModel):
     array: ArrayInfo | None = None
     container: ContainerWire | None = Field(
         default=None, description="run the command in this image (None: a bare process)"
+    )
+    # issue 27 (gpupool.domain.interactive): run --pty's terminal, -o/-e file patterns
+    pty: PtyWire | None = Field(
+        default=None, description="give the program a terminal, relayed to this endpoint"
+    )
+    stdout_path: str | None = Field(
+        default=None, description="also write stdout to this file (-o; %j, %x ... unexpanded)"
+    )
+    stderr_path: str | None = Field(
+        default=None, description="also write stderr to this file (-e; None with -o: to it)"
     )
 
 

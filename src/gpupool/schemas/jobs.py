@@ -153,6 +153,13 @@ class JobView(WireModel):
     container: ContainerWire | None = Field(
         default=None, description="the image it runs in (submit --image); None: bare process"
     )
+    # issue 27 (domain/interactive.py): -o/--error patterns, --time-min, --constraint, and
+    # whether it has run --pty's terminal (its endpoint and key are never shown)
+    output: str | None = None
+    error: str | None = None
+    time_min_s: float | None = None
+    constraint: str | None = None
+    pty: bool = False
 
 
 class SubmitJobResponse(WireModel):

@@ -48,6 +48,7 @@ class NodeView(WireModel):
     last_heartbeat: float
     container_engines: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
+    features: list[str] = Field(default_factory=list)  # for --constraint
     devices: list[DeviceView] = Field(default_factory=list)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from gpupool.domain.arrays import ArrayTask
 from gpupool.domain.containers import ContainerSpec
 from gpupool.domain.dependency import parse_dependency
+from gpupool.domain.interactive import parse_constraint, parse_pty
 from gpupool.domain.jobs import IsolationMode, Job, JobSpec, RequeuePolicy
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import Pool
@@ -68,7 +69,24 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         **({"mail_type": list(spec.mail_type)} if spec.mail_type else {}),
         **({"mail_user": spec.mail_user} if spec.mail_user is not None else {}),
         "container": spec.container.to_json() if spec.container is not None else None,
+        **_interactive_json(spec),
     }
+
+
+def _interactive_json(spec: JobSpec) -> dict[str, Any]:
+    """Issue 27's keys, each only when set (a job without them stores what it always did)."""
+    out: dict[str, Any] = {}
+    if spec.pty is not None:
+        out["pty"] = spec.pty.to_json()
+    if spec.stdout_path is not None:
+        out["stdout_path"] = spec.stdout_path
+    if spec.stderr_path is not None:
+        out["stderr_path"] = spec.stderr_path
+    if spec.time_min_s is not None:
+        out["time_min_s"] = spec.time_min_s
+    if spec.constraint is not None:
+        out["constraint"] = spec.constraint.text
+    return out
 
 
 def spec_from_json(data: dict[str, Any]) -> JobSpec:
@@ -105,6 +123,11 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         mail_type=tuple(data.get("mail_type", ())),
         mail_user=data.get("mail_user"),
         container=ContainerSpec.from_json(data["container"]) if data.get("container") else None,
+        pty=parse_pty(data["pty"]) if data.get("pty") else None,
+        stdout_path=data.get("stdout_path"),
+        stderr_path=data.get("stderr_path"),
+        time_min_s=data.get("time_min_s"),
+        constraint=parse_constraint(data["constraint"]) if data.get("constraint") else None,
     )
 
 
@@ -228,6 +251,7 @@ def node_from_row(row: NodeModel) -> Node:
         state=NodeState(row.state),
         labels=tuple(sorted(row.labels.items())),
         isolation_modes=tuple(row.isolation_modes or ()),
+        features=tuple(row.features or ()),
     )
 
 

@@ -125,6 +125,8 @@ class NodeModel(Base):
     agent_version: Mapped[str] = mapped_column(String(64), default="")
     isolation_modes: Mapped[list[str]] = mapped_column(JSON, default=list)
     container_engines: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Node features for --constraint (gpupool agent --feature; domain/interactive.py).
+    features: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     # The id of the agent that speaks for the node (None: an agent that sends none).

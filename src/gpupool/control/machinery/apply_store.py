@@ -116,7 +116,18 @@ class StoreTarget:
         assert row is not None  # still_pending() read it in this transaction
         nodes = sorted({r.node for r in start.replicas})
         mark(s, nodes)
-        move(s, row, JobState.CONFIGURING, now, reason=f"placed on {', '.join(nodes)}")
+        reason = f"placed on {', '.join(nodes)}"
+        if start.time_limit_s is not None:  # --time-min: backfill granted a shorter limit
+            expected = row.spec.get("expected_duration_s")
+            row.spec = {
+                **row.spec,
+                "time_limit_s": start.time_limit_s,
+                "expected_duration_s": (
+                    None if expected is None else min(float(expected), start.time_limit_s)
+                ),
+            }
+            reason += f" with a time limit of {start.time_limit_s:.0f} s (--time-min backfill)"
+        move(s, row, JobState.CONFIGURING, now, reason=reason)
         port = 20000 + zlib.crc32(f"{row.id}/{row.restart_count}".encode()) % 20000
         for r in sorted(start.replicas, key=lambda x: x.rank):
             aid = new_assignment_id()

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from gpupool.control.services.oversubscription import container_engine_of, oversubscription_of
 from gpupool.domain.assignments import KILL_AT_ONCE, AssignmentState, StopPolicy, StopReason
 from gpupool.domain.jobs import Job
-from gpupool.schemas.agent import ArrayInfo, AssignmentSpec, GangInfo, StopOrder
+from gpupool.schemas.agent import ArrayInfo, AssignmentSpec, GangInfo, PtyWire, StopOrder
 from gpupool.schemas.agent import StopReason as WireStopReason
 from gpupool.schemas.containers import container_wire
 from gpupool.store.mapping import job_from_row
@@ -181,6 +181,9 @@ def start_order(s: Session, a: AssignmentModel, epoch: int) -> AssignmentSpec | 
             else None
         ),
         container=container_wire(spec.container, default_engine=container_engine_of(s, spec.pool)),
+        pty=PtyWire(**spec.pty.to_json()) if spec.pty is not None else None,
+        stdout_path=spec.stdout_path,
+        stderr_path=spec.stderr_path,
     )
 
 

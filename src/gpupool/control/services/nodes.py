@@ -32,6 +32,7 @@ from gpupool.control.services.auth import Actor, Principal, require, tenant_visi
 from gpupool.control.services.envelope import envelopes
 from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.errors import InvalidValue
+from gpupool.domain.interactive import parse_features
 from gpupool.domain.nodes import Device, DeviceHealth, Node, NodeState
 from gpupool.domain.pools import DEFAULT_POOL, validate_name
 from gpupool.domain.users import Permission
@@ -142,6 +143,7 @@ class NodeService:
         require(actor.principal, Permission.AGENT)
         try:
             validate_name("node", req.node)
+            features = parse_features(req.features)  # before anything is written
         except InvalidValue as exc:
             raise Invalid(exc.message) from None
         now = self.cp.now()
@@ -164,6 +166,7 @@ class NodeService:
             node.agent_version = req.agent_version
             node.isolation_modes = list(req.isolation_modes)
             node.container_engines = list(req.container_engines)
+            node.features = list(features)
             node.last_heartbeat = now
             if node.state == NodeState.DOWN.value or not node.state:
                 node.state = NodeState.UP.value
