@@ -1,0 +1,298 @@
+"""gpupool's brains for pods: pods with ``schedulerName: gpupool`` scheduled by gpupool's server.
+
+The real control plane (``cluster.py``), a real ``gpupool server`` (``tests/e2e/pool.py``) and
+the bridge as its own process (``python -m gpupool.kube bridge``), along the user's path: pods
+and ResourceClaimTemplates created through the Kubernetes API, quotas and usage through
+gpupool's API and CLI. Each test has its own kwok node with one simulated A10 (22.5 GiB, so two
+``half-gpu-10gib`` claims fit), its slice published by gpupool's publisher, and keeps its pods
+on it with the ``kubernetes.io/hostname`` node selector (the session's cluster holds other
+tests' nodes, which the bridge registers too).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpupool.gpu.simulated import SimulatedBackend
+from gpupool.kube.claims import quantity
+from gpupool.kube.podjobs import ANNOTATION_JOB, ANNOTATION_PREEMPTIBLE
+from gpupool.kube.publisher import SlicePublisher
+from gpupool.kube.slices import DRIVER, device_class
+from tests.e2e.pool import PY, Pool
+from tests.kube.cluster import ControlPlane
+from tests.kube.objects import condition, example, pod, pod_claim, running_on, wait_for
+from tests.readiness import wait_ready
+
+pytestmark = pytest.mark.timeout(900)
+
+TEMPLATE = "half-gpu-10gib"
+
+
+class Brains:
+    """The gpupool server and the bridge beside the test cluster."""
+
+    def __init__(self, plane: ControlPlane, root: Path) -> None:
+        self.plane = plane
+        self.pool = Pool(root)
+        self.pool.start_server()
+        self.token = (self.pool.home / "admin-token").read_text().strip()
+        self.log = root / "bridge.log"
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [PY, "-m", "gpupool.kube", "bridge", "--server", self.pool.url,
+                 "--token-file", str(self.pool.home / "admin-token"),
+                 "--agent-token-file", str(self.pool.agent_token),
+                 "--kubeconfig", str(plane.admin_kubeconfig), "--interval", "0.5"],
+                env=self.pool._env(), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.pool.close()
+
+    def gpu_node(self, spec: str = "1xA10") -> str:
+        """A kwok node with gpupool's slice; ready once gpupool lists it as an up node."""
+        node = f"kwok-{uuid.uuid4().hex[:8]}"
+        self.plane.add_kwok_node(node)
+        self.plane.client.apply(device_class(), field_manager="gpupool-tests")
+        SlicePublisher(self.plane.client, SimulatedBackend.from_spec(spec, node=node), node).sync()
+        wait_ready(
+            lambda: (n := self.pool.node(node)) is not None and n["state"] == "up",
+            what=f"gpupool node {node} registered by the bridge", proc=self.proc, log=self.log,
+            failsafe_s=300,
+        )  # fmt: skip
+        return node
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.pool.job(job_id)
+
+
+@pytest.fixture(scope="module")
+def brains(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Brains]:
+    b = Brains(control_plane, tmp_path_factory.mktemp("brains"))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def other_namespace(control_plane: ControlPlane) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    control_plane.client.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    control_plane.client.delete(f"/api/v1/namespaces/{name}")
+
+
+def gpupool_pod(name: str, namespace: str, node: str, **spec: Any) -> dict[str, Any]:
+    """A pod for gpupool's scheduler: one container holding one ``half-gpu-10gib`` claim."""
+    annotations = spec.pop("annotations", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "schedulerName": "gpupool",
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda-app:1",
+                    "resources": {"claims": [{"name": "gpu"}], "requests": {"cpu": "100m"}},
+                }
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}],
+            **spec,
+        },
+    }
+
+
+def create_pods(plane: ControlPlane, namespace: str, *pods: dict[str, Any]) -> None:
+    client = plane.client
+    templates = client.path_for("resource.k8s.io/v1", "ResourceClaimTemplate", namespace)
+    if client.get_or_none(f"{templates}/{TEMPLATE}") is None:
+        client.create(templates, example(f"{TEMPLATE}.yaml", namespace))
+    for p in pods:
+        client.create(f"/api/v1/namespaces/{namespace}/pods", p)
+
+
+def job_of(plane: ControlPlane, namespace: str, name: str) -> str:
+    def annotated() -> str | None:
+        annotations = pod(plane.client, namespace, name)["metadata"].get("annotations") or {}
+        return annotations.get(ANNOTATION_JOB)
+
+    return wait_for(annotated, f"pod {name} submitted to gpupool")
+
+
+def gpupool_reason(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    c = condition(pod(plane.client, namespace, name), "PodScheduled")
+    if c and c.get("status") == "False" and "gpupool:" in str(c.get("message")):
+        return c
+    return None
+
+
+def test_pods_of_two_namespaces_run_as_gpupool_jobs_and_usage_is_per_namespace(
+    brains: Brains, control_plane: ControlPlane, namespace: str, other_namespace: str
+) -> None:
+    client = control_plane.client
+    node = brains.gpu_node()
+    for ns in (namespace, other_namespace):
+        create_pods(control_plane, ns, gpupool_pod("train", ns, node))
+    jobs = {}
+    for ns in (namespace, other_namespace):
+        assert wait_for(lambda n=ns: running_on(client, n, "train"), f"{ns}/train runs") == node
+        claim = pod_claim(client, ns, "train")
+        assert claim is not None
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, node, "gpu-0")
+        consumed = result["consumedCapacity"]
+        assert (quantity(consumed["compute"]), quantity(consumed["memory"])) == (500, 10 << 30)
+        assert claim["status"]["reservedFor"][0]["name"] == "train"
+        jobs[ns] = job_of(control_plane, ns, "train")
+        job = brains.pool.wait_state(jobs[ns], "RUNNING", timeout=120)
+        assert (job["tenant"], job["gpu_milli"]) == (ns, 500), job
+        assert job["nodes"] == [node]
+    # Both halves share the one GPU, as gpupool placed them.
+    assert len({r["device"] for ns in jobs for r in _results(control_plane, ns)}) == 1
+
+    for ns in (namespace, other_namespace):
+        client.delete(f"/api/v1/namespaces/{ns}/pods/train")
+    for job_id in jobs.values():
+        brains.pool.wait_state(job_id, "CANCELLED", "COMPLETED", timeout=120)
+
+    done = subprocess.run(
+        [PY, "-m", "gpupool.cli", "report", "--by", "tenant", "--format", "json",
+         "--server", brains.pool.url, "--token", brains.token],
+        env=brains.pool._env(), capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    lines = {line["key"]["tenant"]: line for line in json.loads(done.stdout)["lines"]}
+    for ns in (namespace, other_namespace):
+        assert lines[ns]["jobs"] == 1, lines
+        assert lines[ns]["gpu_hours"] > 0, lines
+
+
+def _results(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    claim = pod_claim(plane.client, namespace, "train")
+    assert claim is not None
+    return list(claim["status"]["allocation"]["devices"]["results"])
+
+
+def test_a_namespace_over_its_quota_waits_with_gpupools_reason_on_the_pod(
+    brains: Brains, control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    node = brains.gpu_node()
+    brains.pool.http.put(f"/v1/tenants/{namespace}", json={}).raise_for_status()  # type: ignore[union-attr]
+    brains.pool.http.put(  # type: ignore[union-attr]
+        f"/v1/tenants/{namespace}/quotas/default",
+        json={"guaranteed_milli": 500, "limit_milli": 500},
+    ).raise_for_status()
+    create_pods(control_plane, namespace, gpupool_pod("a", namespace, node))
+    assert wait_for(lambda: running_on(client, namespace, "a"), "a runs") == node
+    # The GPU has room for a second half; the namespace's quota has not.
+    create_pods(control_plane, namespace, gpupool_pod("b", namespace, node))
+    reason = wait_for(lambda: gpupool_reason(control_plane, namespace, "b"), "b's reason")
+    assert reason["reason"] == "Unschedulable"
+    assert "QuotaExceeded" in reason["message"] or "quota" in reason["message"].lower(), reason
+    b = pod(client, namespace, "b")
+    assert b["status"]["phase"] == "Pending"
+    assert not b["spec"].get("nodeName")
+    job = brains.job(job_of(control_plane, namespace, "b"))
+    assert job["state"] == "PENDING", job
+    assert job["pending_reason"] in reason["message"], job
+    events = client.list(
+        f"/api/v1/namespaces/{namespace}/events", field_selector="involvedObject.name=b"
+    )
+    assert any(e["reason"] == "GpupoolPending" for e in events), events
+
+    client.delete(f"/api/v1/namespaces/{namespace}/pods/a")
+    assert wait_for(lambda: running_on(client, namespace, "b"), "b runs once a is gone") == node
+
+
+class PodWatch:
+    """Every change to the pods of a namespace, from a real watch, in order."""
+
+    def __init__(self, plane: ControlPlane, namespace: str) -> None:
+        config = plane.client.config
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self._http = httpx.Client(base_url=config.server, verify=config.ssl_context(), timeout=None)
+        self._path = f"/api/v1/namespaces/{namespace}/pods"
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self._http.stream("GET", self._path, params={"watch": "true"}) as answer:
+                for line in answer.iter_lines():
+                    if line:
+                        event = json.loads(line)
+                        self.seen.append((event["type"], event["object"]))
+        except httpx.HTTPError:
+            return
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def test_a_higher_priority_pod_preempts_a_lower_one_evicted_with_its_grace(
+    brains: Brains, control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    for name, value in (("low", 100), ("high", 900)):  # gpupool's classes of the same names
+        client.apply(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+             "metadata": {"name": name}, "value": value},
+            field_manager="gpupool-tests",
+        )  # fmt: skip
+    node = brains.gpu_node()
+    low = {"priorityClassName": "low", "terminationGracePeriodSeconds": 17,
+           "annotations": {ANNOTATION_PREEMPTIBLE: "true"}}  # fmt: skip
+    create_pods(control_plane, namespace, *(gpupool_pod(n, namespace, node, **low)
+                                            for n in ("low1", "low2")))  # fmt: skip
+    for name in ("low1", "low2"):
+        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} runs") == node
+    lows = {n: job_of(control_plane, namespace, n) for n in ("low1", "low2")}
+    watch = PodWatch(control_plane, namespace)
+    try:
+        create_pods(control_plane, namespace,
+                    gpupool_pod("high", namespace, node, priorityClassName="high"))  # fmt: skip
+        assert wait_for(lambda: running_on(client, namespace, "high"), "high runs") == node
+        high = job_of(control_plane, namespace, "high")
+        assert brains.job(high)["priority_class"] == "high"
+        evicted = {
+            obj["metadata"]["name"]: obj["metadata"].get("deletionGracePeriodSeconds")
+            for kind, obj in list(watch.seen)
+            if kind == "MODIFIED" and obj["metadata"].get("deletionTimestamp")
+        }
+    finally:
+        watch.close()
+    assert len(evicted) == 1, evicted
+    (victim, grace) = next(iter(evicted.items()))
+    assert victim in lows
+    assert grace == 17, evicted
+    victim_job = brains.pool.wait_state(lows[victim], "PREEMPTED", timeout=120)
+    assert victim_job["priority_class"] == "low"
+    events = brains.pool.get(f"/v1/jobs/{lows[victim]}/events")
+    assert any(f"preempted for job {high}" in str(e) for e in events), events
+    survivor = next(n for n in lows if n != victim)
+    assert brains.job(lows[survivor])["state"] == "RUNNING"
