@@ -44,6 +44,7 @@ from gpupool.kube.client import KubeClient, KubeError
 from gpupool.kube.podjobs import (
     ANNOTATION_ASSIGNMENT,
     ANNOTATION_JOB,
+    NO_CLAIM,
     REASON_PENDING,
     REASON_REFUSED,
     SCHEDULER_NAME,
@@ -162,7 +163,11 @@ class Bridge:
             claim_name = pod_claim_name(pod)
             if claim_name is None:
                 return  # the controller manager has not made the claim from its template yet
-            claim = self.kube.get(CLAIMS.format(ns=ref.namespace) + f"/{claim_name}")
+            claim = (
+                None
+                if claim_name == NO_CLAIM
+                else self.kube.get(CLAIMS.format(ns=ref.namespace) + f"/{claim_name}")
+            )
             spec = job_spec(pod, claim, pool=self.nodes.pool,
                             priority_classes=self._priority_classes())  # fmt: skip
             self._ensure_tenant(ref.namespace)
@@ -242,12 +247,13 @@ class Bridge:
             for u in order.device_uuids
         ]
         claim_name = pod_claim_name(pod)
-        path = CLAIMS.format(ns=ref.namespace) + f"/{claim_name}"
-        claim = self.kube.get(path)
-        claim["status"] = allocation_status(
-            claim, node, shares, ref, [str(uuid.uuid4()) for _ in shares]
-        )
-        self.kube.request("PUT", f"{path}/status", body=claim)
+        if claim_name:  # a CPU job (no claim) is only bound
+            path = CLAIMS.format(ns=ref.namespace) + f"/{claim_name}"
+            claim = self.kube.get(path)
+            claim["status"] = allocation_status(
+                claim, node, shares, ref, [str(uuid.uuid4()) for _ in shares]
+            )
+            self.kube.request("PUT", f"{path}/status", body=claim)
         self._annotate(ref, {ANNOTATION_ASSIGNMENT: order.assignment_id})
         self.kube.create(
             f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/binding", binding(ref, node)
@@ -309,8 +315,8 @@ class Bridge:
             if pod is None or _deleting(pod):
                 self.gpupool.cancel(job.id, reason="its pod was deleted")
                 continue
-            reason = job.pending_reason or job.reason or "waiting for gpupool's scheduler"
-            self._mirror(pod, REASON_PENDING, f"gpupool: {reason}")
+            if job.pending_reason:  # None until a scheduling cycle judged it
+                self._mirror(pod, REASON_PENDING, f"gpupool: {job.pending_reason}")
 
     def _mirror(self, pod: Mapping[str, Any], event_reason: str, message: str) -> None:
         ref = PodRef.of(pod)

@@ -58,6 +58,10 @@ DEFAULT_GRACE_S = 30
 MAX_GRACE_S = 3600
 
 
+#: :func:`pod_claim_name` of a pod that holds no claim: gpupool places it as a CPU job.
+NO_CLAIM = ""
+
+
 class PodRefused(GpupoolError):
     """A pod gpupool cannot schedule as written; the message says what to change."""
 
@@ -97,14 +101,16 @@ class GpuRequest:
 
 def pod_claim_name(pod: Mapping[str, Any]) -> str | None:
     """The name of the pod's one ResourceClaim object (its own, or the one the controller
-    manager made from its template: ``None`` until then). Raises :class:`PodRefused` when the
-    pod has none or several."""
+    manager made from its template: ``None`` until then), :data:`NO_CLAIM` for a pod without
+    one (a CPU job). Raises :class:`PodRefused` when the pod has several."""
     entries = (pod.get("spec") or {}).get("resourceClaims") or []
-    if len(entries) != 1:
+    if len(entries) > 1:
         raise PodRefused(
             f"pod {PodRef.of(pod)} has {len(entries)} resource claims: a pod scheduled by "
-            "gpupool has exactly one (a claim of DeviceClass gpu.gpupool.io)"
+            "gpupool has one (a claim of DeviceClass gpu.gpupool.io), or none (a CPU job)"
         )
+    if not entries:
+        return NO_CLAIM
     entry = entries[0]
     if entry.get("resourceClaimName"):
         return str(entry["resourceClaimName"])
@@ -166,19 +172,22 @@ def _container_requests(pod: Mapping[str, Any], key: str) -> list[str]:
 
 def job_spec(
     pod: Mapping[str, Any],
-    claim: Mapping[str, Any],
+    claim: Mapping[str, Any] | None,
     *,
     pool: str,
     priority_classes: Collection[str],
 ) -> dict[str, Any]:
-    """The job file mapping of ``pod`` holding ``claim`` (see the module docstring)."""
+    """The job file mapping of ``pod`` holding ``claim`` (``None``: no claim, a CPU job; see
+    the module docstring)."""
     ref = PodRef.of(pod)
     spec = pod.get("spec") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    request = gpu_request(claim)
-    resources: dict[str, Any] = {"gpus": request.gpus}
-    if request.memory_bytes is not None:
-        resources["gpu_memory"] = f"{math.ceil(request.memory_bytes / (1 << 20))}MiB"
+    resources: dict[str, Any] = {"gpus": "0"}
+    if claim is not None:
+        request = gpu_request(claim)
+        resources["gpus"] = request.gpus
+        if request.memory_bytes is not None:
+            resources["gpu_memory"] = f"{math.ceil(request.memory_bytes / (1 << 20))}MiB"
     try:
         cpu = sum(quantity(q) for q in _container_requests(pod, "cpu"))
         memory = sum(quantity(q) for q in _container_requests(pod, "memory"))
