@@ -127,17 +127,28 @@ def test_pods_of_two_namespaces_run_as_gpupool_jobs_and_usage_is_per_namespace(
     # Both halves share the one GPU, as gpupool placed them.
     assert len({r["device"] for ns in jobs for r in _results(control_plane, ns)}) == 1
 
-    for ns in (namespace, other_namespace):
-        client.delete(f"/api/v1/namespaces/{ns}/pods/train")
-    for job_id in jobs.values():
-        brains.pool.wait_state(job_id, "CANCELLED", "COMPLETED", timeout=120)
+    # One pod ends by itself (its container exits 0, as the kubelet reports it), the other
+    # is deleted: the first job completes, the second is cancelled; both are accounted.
+    client.request(
+        "PATCH", f"/api/v1/namespaces/{namespace}/pods/train/status",
+        body={"status": {"phase": "Succeeded", "containerStatuses": [{
+            "name": "main", "image": "registry.invalid/cuda-app:1", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        }]}},
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    client.delete(f"/api/v1/namespaces/{other_namespace}/pods/train")
+    done = brains.pool.wait_state(jobs[namespace], "COMPLETED", "CANCELLED", timeout=120)
+    assert (done["state"], done["exit_code"]) == ("COMPLETED", 0), done
+    gone = brains.pool.wait_state(jobs[other_namespace], "COMPLETED", "CANCELLED", timeout=120)
+    assert gone["state"] == "CANCELLED", gone
 
-    done = subprocess.run(
+    report = subprocess.run(
         [PY, "-m", "gpupool.cli", "report", "--by", "tenant", "--format", "json",
          "--server", brains.pool.url, "--token", brains.token],
         env=brains.pool._env(), capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
-    lines = {line["key"]["tenant"]: line for line in json.loads(done.stdout)["lines"]}
+    lines = {line["key"]["tenant"]: line for line in json.loads(report.stdout)["lines"]}
     for ns in (namespace, other_namespace):
         assert lines[ns]["jobs"] == 1, lines
         assert lines[ns]["gpu_hours"] > 0, lines
