@@ -26,8 +26,12 @@ class Brains:
         self.pool.start_server()
         self.token = (self.pool.home / "admin-token").read_text().strip()
         self.log = root / "bridge.log"
+        self.proc = self._start_bridge()
+
+    def _start_bridge(self) -> subprocess.Popen[bytes]:
+        plane = self.plane
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
+            return subprocess.Popen(
                 [PY, "-m", "gpupool.kube", "bridge", "--server", self.pool.url,
                  "--token-file", str(self.pool.home / "admin-token"),
                  "--agent-token-file", str(self.pool.agent_token),
@@ -35,6 +39,12 @@ class Brains:
                 env=self.pool._env(), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
+
+    def restart_bridge(self) -> None:
+        """Kills the bridge (SIGKILL: nothing saved on the way out) and starts a new one."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = self._start_bridge()
 
     def close(self) -> None:
         self.proc.terminate()

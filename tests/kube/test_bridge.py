@@ -266,3 +266,29 @@ def test_a_higher_priority_pod_preempts_a_lower_one_evicted_with_its_grace(
     assert any(f"preempted for job {high}" in str(e) for e in events), events
     survivor = next(n for n in lows if n != victim)
     assert brains.job(lows[survivor])["state"] == "RUNNING"
+
+
+def test_a_killed_bridge_restarts_from_the_pods_and_carries_on(
+    brains: Brains, control_plane: ControlPlane, namespace: str
+) -> None:
+    """The bridge keeps no state of its own: job and assignment ids are the pods'
+    annotations, and the nodes' agent ids derive from their names."""
+    client = control_plane.client
+    node = brains.gpu_node()
+    create_pods(control_plane, namespace, gpupool_pod("before", namespace, node))
+    assert wait_for(lambda: running_on(client, namespace, "before"), "before runs") == node
+    before = job_of(control_plane, namespace, "before")
+    brains.pool.wait_state(before, "RUNNING", timeout=120)
+
+    brains.restart_bridge()
+    create_pods(control_plane, namespace, gpupool_pod("after", namespace, node))
+    assert wait_for(lambda: running_on(client, namespace, "after"), "after runs") == node
+    after = brains.pool.wait_state(
+        job_of(control_plane, namespace, "after"), "RUNNING", timeout=120
+    )
+    assert brains.job(before)["state"] == "RUNNING"  # not lost nor started twice
+    assert after["nodes"] == [node]
+    client.delete(f"/api/v1/namespaces/{namespace}/pods/before")
+    assert brains.pool.wait_state(before, "CANCELLED", "COMPLETED", timeout=120)["state"] == (
+        "CANCELLED"
+    )
