@@ -108,6 +108,10 @@ def test_pods_of_two_namespaces_run_as_gpupool_jobs_and_usage_is_per_namespace(
 ) -> None:
     client = control_plane.client
     node = brains.gpu_node()
+    price = brains.pool.http.put(  # type: ignore[union-attr]
+        "/v1/pools/default", json={"default_price_per_gpu_hour": 2.5}
+    )
+    price.raise_for_status()
     for ns in (namespace, other_namespace):
         create_pods(control_plane, ns, gpupool_pod("train", ns, node))
     jobs = {}
@@ -152,6 +156,7 @@ def test_pods_of_two_namespaces_run_as_gpupool_jobs_and_usage_is_per_namespace(
     for ns in (namespace, other_namespace):
         assert lines[ns]["jobs"] == 1, lines
         assert lines[ns]["gpu_hours"] > 0, lines
+        assert lines[ns]["cost"] == pytest.approx(2.5 * lines[ns]["gpu_hours"], rel=0.01), lines
 
 
 def _results(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
