@@ -202,6 +202,35 @@ def test_a_namespace_over_its_quota_waits_with_gpupools_reason_on_the_pod(
     assert wait_for(lambda: running_on(client, namespace, "b"), "b runs once a is gone") == node
 
 
+def test_a_pod_gpupool_cannot_take_is_told_why_and_taken_once_fixed(
+    brains: Brains, control_plane: ControlPlane, namespace: str
+) -> None:
+    client = control_plane.client
+    node = brains.gpu_node()
+    orphan = gpupool_pod("orphan", namespace, node)
+    orphan["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "later"}]
+    create_pods(control_plane, namespace, orphan, gpupool_pod("fine", namespace, node))
+    assert wait_for(lambda: running_on(client, namespace, "fine"), "fine runs") == node
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(pod(client, namespace, "orphan"), "PodScheduled")
+        return c if c and "does not exist" in str(c.get("message")) else None
+
+    reason = wait_for(refused, "the orphan's reason")
+    assert f"ResourceClaim {namespace}/later does not exist" in reason["message"], reason
+    events = client.list(
+        f"/api/v1/namespaces/{namespace}/events", field_selector="involvedObject.name=orphan"
+    )
+    assert any(e["reason"] == "GpupoolRefused" for e in events), events
+
+    template = example(f"{TEMPLATE}.yaml", namespace)
+    claims = client.path_for("resource.k8s.io/v1", "ResourceClaim", namespace)
+    client.create(claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                           "metadata": {"name": "later", "namespace": namespace},
+                           "spec": template["spec"]["spec"]})  # fmt: skip
+    assert wait_for(lambda: running_on(client, namespace, "orphan"), "orphan runs") == node
+
+
 class PodWatch:
     """Every change to the pods of a namespace, from a real watch, in order."""
 

@@ -80,6 +80,7 @@ class Replica:
     pod: PodRef
     stop: WireStop | None = None  # the server's stop order carried out
     evicted: bool = False
+    boot_failed: str | None = None  # why Kubernetes refused the placement (for good)
 
 
 class Bridge:
@@ -166,8 +167,13 @@ class Bridge:
             claim = (
                 None
                 if claim_name == NO_CLAIM
-                else self.kube.get(CLAIMS.format(ns=ref.namespace) + f"/{claim_name}")
+                else self.kube.get_or_none(CLAIMS.format(ns=ref.namespace) + f"/{claim_name}")
             )
+            if claim_name and claim is None:
+                raise PodRefused(
+                    f"its ResourceClaim {ref.namespace}/{claim_name} does not exist: create it "
+                    "(the pod is taken once it does)"
+                )
             spec = job_spec(pod, claim, pool=self.nodes.pool,
                             priority_classes=self._priority_classes())  # fmt: skip
             self._ensure_tenant(ref.namespace)
@@ -193,6 +199,9 @@ class Bridge:
     # -- the node's agent --------------------------------------------------------------------
 
     def _report(self, r: Replica, pods: Mapping[str, dict[str, Any]]) -> ReplicaStatus:
+        if r.boot_failed is not None:
+            return ReplicaStatus(assignment_id=r.assignment_id, state=ReplicaState.BOOT_FAILED,
+                                 reason=r.boot_failed[:2000], final=True)  # fmt: skip
         pod = pods.get(r.pod.uid)
         if pod is None or pod["spec"].get("nodeName") != r.node:
             if r.stop is None:  # deleted by someone else: the job is cancelled
@@ -246,6 +255,27 @@ class Bridge:
             DeviceShare(names[u], order.milli_per_device, order.memory_mib_per_device)
             for u in order.device_uuids
         ]
+        try:
+            if pod["spec"].get("nodeName") != node:  # bound already: a retried start
+                self._place(pod, ref, node, shares, order.assignment_id)
+        except KubeError as exc:
+            if exc.status in (0, 409, 429) or exc.status >= 500:
+                log.warning("cannot place pod %s yet (retried): %s", ref, exc)
+                return  # the server sends the start again until it is reported
+            self.replicas[order.assignment_id] = Replica(
+                order.assignment_id, node, ref, boot_failed=f"Kubernetes refused: {exc}"
+            )
+            self._mirror(pod, REASON_REFUSED, f"gpupool could not bind this pod: {exc}")
+            return
+        self.replicas[order.assignment_id] = Replica(order.assignment_id, node, ref)
+        self._mirrored.pop(ref.uid, None)
+        log.info("bound pod %s to %s on %s (job %s)", ref, node,
+                 ",".join(s.device for s in shares), order.job_id)  # fmt: skip
+
+    def _place(
+        self, pod: dict[str, Any], ref: PodRef, node: str, shares: list[DeviceShare], aid: str
+    ) -> None:
+        """The claim allocated as the kube-scheduler would, then the pod annotated and bound."""
         claim_name = pod_claim_name(pod)
         if claim_name:  # a CPU job (no claim) is only bound
             path = CLAIMS.format(ns=ref.namespace) + f"/{claim_name}"
@@ -254,14 +284,10 @@ class Bridge:
                 claim, node, shares, ref, [str(uuid.uuid4()) for _ in shares]
             )
             self.kube.request("PUT", f"{path}/status", body=claim)
-        self._annotate(ref, {ANNOTATION_ASSIGNMENT: order.assignment_id})
+        self._annotate(ref, {ANNOTATION_ASSIGNMENT: aid})
         self.kube.create(
             f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/binding", binding(ref, node)
         )
-        self.replicas[order.assignment_id] = Replica(order.assignment_id, node, ref)
-        self._mirrored.pop(ref.uid, None)
-        log.info("bound pod %s to %s on %s (job %s)", ref, node,
-                 ",".join(s.device for s in shares), order.job_id)  # fmt: skip
 
     def _stop(self, order: StopOrder, pods: Mapping[str, dict[str, Any]]) -> None:
         r = self.replicas.get(order.assignment_id)
