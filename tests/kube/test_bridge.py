@@ -326,3 +326,36 @@ def test_a_killed_bridge_restarts_from_the_pods_and_carries_on(
     assert brains.pool.wait_state(before, "CANCELLED", "COMPLETED", timeout=120)["state"] == (
         "CANCELLED"
     )
+
+
+def test_a_namespace_reclaims_its_guarantee_from_a_borrowing_one(
+    brains: Brains, control_plane: ControlPlane, namespace: str, other_namespace: str
+) -> None:
+    """Same priority: the quota decides. ``namespace`` has no guarantee and borrows the idle
+    GPU with preemptible pods; ``other_namespace`` is guaranteed the GPU and takes back half."""
+    client = control_plane.client
+    node = brains.gpu_node()
+    http = brains.pool.http
+    assert http is not None
+    for ns, guaranteed in ((namespace, 0), (other_namespace, 1000)):
+        http.put(f"/v1/tenants/{ns}", json={}).raise_for_status()
+        quota = {"guaranteed_milli": guaranteed, "limit_milli": 1000}
+        http.put(f"/v1/tenants/{ns}/quotas/default", json=quota).raise_for_status()
+    borrow = {"terminationGracePeriodSeconds": 9, "annotations": {ANNOTATION_PREEMPTIBLE: "true"}}
+    create_pods(control_plane, namespace,
+                *(gpupool_pod(n, namespace, node, **borrow) for n in ("b1", "b2")))  # fmt: skip
+    borrowers = {}
+    for name in ("b1", "b2"):
+        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} runs") == node
+        borrowers[name] = job_of(control_plane, namespace, name)
+    create_pods(control_plane, other_namespace, gpupool_pod("owner", other_namespace, node))
+    assert wait_for(lambda: running_on(client, other_namespace, "owner"), "owner runs") == node
+    owner = job_of(control_plane, other_namespace, "owner")
+
+    def preempted() -> list[str]:
+        return [n for n, j in borrowers.items() if brains.job(j)["state"] == "PREEMPTED"]
+
+    (victim,) = wait_for(preempted, "one borrower preempted")
+    events = brains.pool.get(f"/v1/jobs/{borrowers[victim]}/events")
+    assert any(f"preempted for job {owner}" in str(e) for e in events), events
+    assert pod(client, namespace, next(n for n in borrowers if n != victim))["spec"]["nodeName"]
