@@ -18,8 +18,9 @@ dropped, none leaving. GPU memory is not constrained (as in the paper).
   a real ``gpupool server`` (its ``default`` pool: ``fragaware``) and ``python -m gpupool.kube
   bridge``; the same pods created in the same order with ``schedulerName: gpupool`` (the model
   constraint as the ``gpupool.io/gpu-types`` annotation, since the bridge does not evaluate CEL;
-  CPU-only pods too, as gpupool CPU jobs). Placed = bound by the bridge once the count of bound
-  pods has not moved for ``--settle`` seconds with every pod submitted.
+  CPU-only pods too, as gpupool CPU jobs). Placed = bound by the bridge once every pod is
+  submitted, every job runs or pends with the scheduler's reason, and the count of bound pods
+  has not moved for ``--settle`` seconds.
 
 Prints allocated GPU milli as % of capacity for each, and the pods each placed.
 
@@ -153,6 +154,14 @@ def _bridge_claim(i: int, pod: PodRecord) -> dict[str, Any]:
     return claim
 
 
+def _judged(brains: Brains) -> bool:
+    """Every job running, or pending with the scheduler's reason (none being started)."""
+    jobs = brains.pool.get("/v1/jobs?limit=1000")["jobs"]
+    return all(
+        j["state"] == "RUNNING" or (j["state"] == "PENDING" and j["pending_reason"]) for j in jobs
+    )
+
+
 def bridge_packing(
     bins: Path, nodes: list[NodeRecord], pods: list[PodRecord], settle_s: float
 ) -> tuple[int, int, float]:
@@ -196,7 +205,7 @@ def bridge_packing(
                             for p in listed)  # fmt: skip
             if now_bound != bound:
                 bound, last_change = now_bound, time.monotonic()
-            elif submitted and time.monotonic() - last_change > settle_s:
+            elif submitted and _judged(brains) and time.monotonic() - last_change > settle_s:
                 break
             time.sleep(1)
         seconds = last_change - started
@@ -204,7 +213,10 @@ def bridge_packing(
         if brains is not None:
             brains.close()
         plane.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get("GPUPOOL_KEEP_K8S"):
+            print(f"logs kept in {folder}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     return sum(pods[i].total_gpu_milli for i in bound), len(bound), seconds
 
 
@@ -260,7 +272,7 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--bridge", action="store_true", help="also through gpupool's bridge")
     p.add_argument("--no-kube", action="store_true", help="skip the kube-scheduler's run")
-    p.add_argument("--settle", type=float, default=20.0, help="bridge: seconds without a bind")
+    p.add_argument("--settle", type=float, default=10.0, help="bridge: seconds without a bind")
     args = p.parse_args()
     all_nodes = read_nodes(DATA / "openb_node_list_gpu_node.csv")
     rng = np.random.default_rng(args.seed)

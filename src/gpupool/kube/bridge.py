@@ -65,6 +65,10 @@ from gpupool.schemas.agent import StopReason as WireStop
 log = logging.getLogger(__name__)
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+#: At most this many pods submitted, and pending reasons written, per cycle: a burst of new
+#: pods is taken over a few cycles while every node keeps its heartbeat (the server marks a
+#: node down after its node timeout without one).
+BATCH = 50
 
 
 def _now() -> str:
@@ -109,9 +113,12 @@ class Bridge:
             )
         }
         self._adopt(pods)
-        for pod in pods.values():
-            if not self._job_of(pod) and not pod["spec"].get("nodeName") and not _deleting(pod):
-                self._submit(pod)
+        new = [
+            p for p in pods.values()
+            if not self._job_of(p) and not p["spec"].get("nodeName") and not _deleting(p)
+        ]  # fmt: skip
+        for pod in new[:BATCH]:  # the rest next cycle: heartbeats never wait long
+            self._submit(pod)
         for node in list(self.nodes.nodes):
             self._heartbeat(node, pods)
         self._pending(pods)
@@ -333,6 +340,7 @@ class Bridge:
     def _pending(self, pods: Mapping[str, dict[str, Any]]) -> None:
         """Mirrors each pending job's reason onto its pod; cancels jobs whose pod is gone."""
         jobs = self.gpupool.list(state=["PENDING"], pool=self.nodes.pool)
+        writes = 0
         for job in jobs:
             ref = pod_of_command(job.command)
             if ref is None:
@@ -341,13 +349,14 @@ class Bridge:
             if pod is None or _deleting(pod):
                 self.gpupool.cancel(job.id, reason="its pod was deleted")
                 continue
-            if job.pending_reason:  # None until a scheduling cycle judged it
-                self._mirror(pod, REASON_PENDING, f"gpupool: {job.pending_reason}")
+            if job.pending_reason and writes < BATCH:  # None until a cycle judged it
+                writes += self._mirror(pod, REASON_PENDING, f"gpupool: {job.pending_reason}")
 
-    def _mirror(self, pod: Mapping[str, Any], event_reason: str, message: str) -> None:
+    def _mirror(self, pod: Mapping[str, Any], event_reason: str, message: str) -> bool:
+        """Writes the reason on the pod unless it is there already; ``True`` when written."""
         ref = PodRef.of(pod)
         if self._mirrored.get(ref.uid) == message:
-            return
+            return False
         condition = pending_condition("Unschedulable", message, _now())
         try:
             self.kube.request(
@@ -361,6 +370,7 @@ class Bridge:
             if exc.status != 404:
                 raise
         self._mirrored[ref.uid] = message
+        return True
 
     def _event(self, ref: PodRef, kind: str, reason: str, message: str) -> None:
         now = _now()

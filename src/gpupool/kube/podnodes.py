@@ -146,15 +146,19 @@ class PodNodes:
     def refresh(self) -> dict[str, SliceNode]:
         """Reads every gpupool slice and its Node; registers new and changed nodes."""
         slices = self.kube.list(self.kube.path_for(RESOURCE_API, "ResourceSlice"))
+        ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
+        changed = any(
+            self.registered.get(s["spec"].get("nodeName")) != s["spec"]["pool"]["generation"]
+            for s in ours
+        )
+        if not changed and len(ours) == len(self.nodes):
+            return self.nodes  # nothing new: no Node reads
+        nodes = {n["metadata"]["name"]: n for n in self.kube.list("/api/v1/nodes")}
         seen: dict[str, SliceNode] = {}
-        for s in slices:
-            spec = s.get("spec") or {}
-            if spec.get("driver") != DRIVER or not spec.get("nodeName"):
-                continue
-            node = self.kube.get_or_none(f"/api/v1/nodes/{spec['nodeName']}")
-            if node is None:
-                continue
-            seen[spec["nodeName"]] = slice_node(s, node)
+        for s in ours:
+            name = s["spec"].get("nodeName")
+            if name in nodes:
+                seen[name] = slice_node(s, nodes[name])
         self.nodes = seen
         for name, n in seen.items():
             if self.registered.get(name) != n.generation:
