@@ -205,7 +205,11 @@ def bridge_packing(
                             for p in listed)  # fmt: skip
             if now_bound != bound:
                 bound, last_change = now_bound, time.monotonic()
-            elif submitted and _judged(brains) and time.monotonic() - last_change > settle_s:
+                time.sleep(1)
+                continue
+            quiet = time.monotonic() - last_change
+            # every job judged; or, as a failsafe, nothing bound for 6 settles
+            if submitted and quiet > settle_s and (quiet > 6 * settle_s or _judged(brains)):
                 break
             time.sleep(1)
         seconds = last_change - started
