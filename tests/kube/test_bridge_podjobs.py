@@ -61,6 +61,7 @@ def pod(**spec: Any) -> dict[str, Any]:
 def test_a_half_gpu_pod_is_a_job_of_its_namespace_with_its_share_and_grace() -> None:
     p = pod(
         terminationGracePeriodSeconds=45,
+        activeDeadlineSeconds=7200,
         priorityClassName="high",
         nodeSelector={"kubernetes.io/hostname": "n1"},
         annotations={ANNOTATION_PREEMPTIBLE: "true", ANNOTATION_GPU_TYPES: "A100, H100"},
@@ -79,6 +80,7 @@ def test_a_half_gpu_pod_is_a_job_of_its_namespace_with_its_share_and_grace() -> 
     assert job.preemptible is True
     assert job.requeue is RequeuePolicy.NEVER
     assert job.grace_period_s == 45
+    assert job.time_limit_s == 7200
     assert job.nodelist == ("n1",)
     assert pod_of_command(job.command) == PodRef("vision", "train", "u-1")
 

@@ -10,7 +10,7 @@ own scheduler. This module holds the two translations it needs, with no I/O:
   ``gpupool.io/priority`` annotation or else its ``priorityClassName`` when gpupool has a class
   of that name, ``gpupool.io/preemptible: "true"`` makes it preemptible, a
   ``kubernetes.io/hostname`` node selector is its ``nodelist`` (other selectors and affinity
-  are refused, not ignored), and its
+  are refused, not ignored), ``activeDeadlineSeconds`` its time limit, and its
   ``terminationGracePeriodSeconds`` the checkpoint grace (Kubernetes sends SIGTERM, the
   checkpoint signal, and kills after the grace). The job never requeues: a preempted pod is
   gone, and its controller (a Job, a Deployment) makes a new pod, so a new job.
@@ -220,6 +220,8 @@ def job_spec(
     }
     if host:
         out["nodelist"] = [str(host)]
+    if spec.get("activeDeadlineSeconds"):  # gpupool's time limit: backfill plans with it
+        out["time_limit"] = f"{int(spec['activeDeadlineSeconds'])}s"
     priority = annotations.get(ANNOTATION_PRIORITY) or (
         spec.get("priorityClassName") if spec.get("priorityClassName") in priority_classes else None
     )
