@@ -276,6 +276,8 @@ def test_a_higher_priority_pod_preempts_a_lower_one_evicted_with_its_grace(
     lows = {n: job_of(control_plane, namespace, n) for n in ("low1", "low2")}
     watch = PodWatch(control_plane, namespace)
     try:
+        # the watch is live once it listed the two pods there are (ADDED, before any change)
+        wait_for(lambda: sum(k == "ADDED" for k, _ in list(watch.seen)) >= 2, "the pod watch")
         create_pods(control_plane, namespace,
                     gpupool_pod("high", namespace, node, priorityClassName="high"))  # fmt: skip
         assert wait_for(lambda: running_on(client, namespace, "high"), "high runs") == node
