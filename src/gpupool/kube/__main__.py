@@ -1,4 +1,5 @@
-"""``python -m gpupool.kube``: gpupool's DRA driver on one node (the DaemonSet's container).
+"""``python -m gpupool.kube``: gpupool's DRA driver on one node (the DaemonSet's container);
+``python -m gpupool.kube bridge``: gpupool's scheduler for pods (:mod:`gpupool.kube.bridge`).
 
 It publishes the node's GPUs as a ResourceSlice (and keeps it current: lost GPUs withdrawn,
 unhealthy ones tainted), applies the DeviceClass, and serves the kubelet plugin (prepare,
@@ -42,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bridge"]:
+        from gpupool.kube.bridgemain import main as bridge_main
+
+        return bridge_main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not args.node:
