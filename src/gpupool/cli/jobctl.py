@@ -26,6 +26,8 @@ from typing import Annotated
 
 import typer
 
+from gpupool.cli import hotjobs
+from gpupool.cli.options import CANCEL
 from gpupool.cli.session import (
     ExpectedOpt,
     JsonOpt,
@@ -38,7 +40,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
-from gpupool.client.errors import EXIT_CONFLICT, EXIT_DENIED, EXIT_NOT_FOUND
+from gpupool.cli.typed import command as typed_command
 from gpupool.client.sdk import Client
 from gpupool.domain.units import format_duration
 from gpupool.schemas.jobs import JobView
@@ -110,87 +112,7 @@ ArrayOpt = Annotated[
 AccountOpt = Annotated[str | None, typer.Option("-A", "--account", help="only this tenant's jobs")]
 PoolOpt = Annotated[str | None, typer.Option("-p", "--pool", help="only jobs of this pool")]
 
-#: What each action says about a job named by id that it leaves alone.
-_SKIP = {
-    "cancel": "already ended: nothing to cancel",
-    "hold": "only pending jobs can be held",
-}
-
-
-def _select(  # noqa: PLR0917 - the selection's parts
-    gp: Client,
-    action: str,
-    job_ids: list[str] | None,
-    user: str | None,
-    name: str | None,
-    states: list[str] | None,
-    array: str | None,
-    account: str | None,
-    pool: str | None,
-    json_out: bool,
-    reason: str | None = None,
-) -> None:
-    """``action`` on the selection in one request (``POST /v1/jobs/bulk``); one line per job
-    changed, then the ids that matched nothing (exit 3) or that the action leaves alone
-    (exit 6)."""
-    done = gp.bulk(
-        action,
-        ids=job_ids or (),
-        user=user,
-        name=name,
-        states=states or (),
-        array=array,
-        tenant=account,
-        pool=pool,
-        reason=reason,
-    )
-    if json_out:
-        print_json(done.changed)
-    else:
-        lines = [
-            f"job {c.id} ({c.name}): {c.state}"
-            + (", held" if c.held and c.state == "PENDING" else "")
-            for c in done.changed
-        ]
-        if lines:
-            typer.echo("\n".join(lines))
-    code = 0
-    skipped = [c for c in done.skipped if action in _SKIP]
-    for c in skipped:
-        typer.echo(f"error: job {c.id} is {c.state}: {_SKIP[action]}", err=True)
-        code = EXIT_CONFLICT
-    for job_id in done.not_found:
-        typer.echo(
-            f"error: job {job_id!r} not found: list your jobs with `gpupool queue`", err=True
-        )
-        code = EXIT_NOT_FOUND
-    if done.refused:
-        typer.echo(
-            f"error: {done.refused} selected job(s) are not yours to {action}: members change "
-            "their own jobs, tenant admins their tenant's",
-            err=True,
-        )
-        code = code or EXIT_DENIED
-    if not done.changed and not code and not json_out:
-        typer.echo(f"no job matched: nothing to {action}", err=True)
-    if code:
-        raise typer.Exit(code)
-
-
-def cancel(  # noqa: PLR0917 - scancel-like options
-    job_ids: JobIdsOpt = None,
-    user: UserOpt = None,
-    name: NameOpt = None,
-    state: StateOpt = None,
-    array: ArrayOpt = None,
-    account: AccountOpt = None,
-    pool: PoolOpt = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Cancel jobs (like scancel), by id and/or filter, in one request. A running job gets
+CANCEL_HELP = """Cancel jobs (like scancel), by id and/or filter, in one request. A running job gets
     its checkpoint signal and grace first.
 
     Examples:
@@ -207,10 +129,8 @@ def cancel(  # noqa: PLR0917 - scancel-like options
 
     Filters narrow together; without -t every unfinished job they match is cancelled.
     """
-    if not job_ids and not any((user, name, state, array, account, pool)):
-        raise fail("nothing to cancel: give job ids, or a filter (-u, -n, -t, -a, -A, -p)")
-    with session(server, token) as gp:
-        _select(gp, "cancel", job_ids, user, name, state, array, account, pool, json_out, reason)
+
+cancel = typed_command("cancel", CANCEL_HELP, CANCEL, hotjobs.cancel)
 
 
 def _hold_command(action: str, doc: str) -> Callable[..., None]:
@@ -227,8 +147,9 @@ def _hold_command(action: str, doc: str) -> Callable[..., None]:
     ) -> None:
         if not job_ids and not any((user, name, array, account, pool)):
             raise fail(f"nothing to {action}: give job ids, or a filter (-u, -n, -a, -A, -p)")
-        with session(server, token) as gp:
-            _select(gp, action, job_ids, user, name, None, array, account, pool, json_out)
+        given = {"job_ids": job_ids, "user": user, "name": name, "array": array}
+        given |= {"account": account, "pool": pool, "server": server, "token": token}
+        hotjobs.select(action, {**given, "json_out": json_out})
 
     command.__name__ = action
     command.__doc__ = doc

@@ -39,6 +39,7 @@ from gpupool.client.errors import (
     WaitTimeout,
 )
 from gpupool.client.logs import LOG_SETTLE_S, LineSplitter, LogPage, LogPiece
+from gpupool.client.merge import merge_spec
 from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
 from gpupool.client.results import unpack_results
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
@@ -104,17 +105,6 @@ OPTION_PATHS: dict[str, str] = {
     "container_env": "container.env",
     "container_engine": "container.engine",
 }
-
-
-def merge_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` laid over it, nested mappings merged key by key."""
-    out: dict[str, Any] = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_spec(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def options_to_spec(options: Mapping[str, Any]) -> dict[str, Any]:
