@@ -16,9 +16,7 @@ import os
 import sys
 import time
 
-from gpupool.cli.jobref import resolve_with
-from gpupool.cli.jobtable import data_of, detail_text, queue_order, queue_table, rows
-from gpupool.cli.out import echo, emit_table, fail, handle_errors, print_json, terminal_width
+from gpupool.cli.out import echo, fail, handle_errors, print_json
 from gpupool.client.errors import EXIT_CONFLICT, EXIT_DENIED, EXIT_NOT_FOUND, ServerUnreachable
 from gpupool.client.wire import Wire
 from gpupool.domain.states import ACTIVE_STATES, JobState
@@ -148,6 +146,9 @@ def list_jobs(wire: Wire, query: Sequence[tuple[str, Any]]) -> Iterator[dict[str
 
 def queue(params: dict[str, Any]) -> None:
     """``gpupool queue``: the jobs not yet ended (or ``-t``), running first, as squeue."""
+    from gpupool.cli.jobtable import queue_order, queue_table, rows
+    from gpupool.cli.out import emit_table
+
     with handle_errors():
         wire = _wire(params)
         user = params["user"]
@@ -244,6 +245,8 @@ def cancel(params: dict[str, Any]) -> None:
 
 
 def _tasks(wire: Wire, array_id: str) -> list[JobView]:
+    from gpupool.cli.jobtable import rows
+
     found = rows(list(list_jobs(wire, [("array", array_id)])))
     return sorted(found, key=lambda t: t.array_index or 0)
 
@@ -251,6 +254,10 @@ def _tasks(wire: Wire, array_id: str) -> list[JobView]:
 def show(params: dict[str, Any]) -> None:
     """``gpupool show``: one job's fields, why it waits, its priority factors and events; a
     job array's id: its tasks, as ``queue`` lists them."""
+    from gpupool.cli.jobref import resolve_with
+    from gpupool.cli.jobtable import data_of, detail_text, queue_table, rows
+    from gpupool.cli.out import emit_table, terminal_width
+
     job_id: str = params["job_id"]
     with handle_errors():
         wire = _wire(params)

@@ -19,13 +19,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpupool.cli.fit import FitTable
 from gpupool.client.errors import EXIT_INVALID, ClientError
 from gpupool.domain.errors import GpupoolError, SpecError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from gpupool.cli.fit import FitTable
 
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 

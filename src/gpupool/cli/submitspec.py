@@ -12,16 +12,19 @@ declaration in :data:`gpupool.cli.options.SUBMIT`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 from gpupool.cli.out import fail
 from gpupool.client.merge import merge_spec
-from gpupool.domain.environ import own_venv, without_venv
+from gpupool.domain.environ import own_venv_text, without_venv
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobs import reserved_env_rule, validate_env_name
 from gpupool.domain.jobspec import build_spec, nest_options, parse_job_yaml
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pathlib costs a submit 12 ms: Path values come from options.parse only
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
 
 
 def _env_pairs(pairs: list[str]) -> dict[str, str]:
@@ -34,7 +37,9 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def export_env(export: str, environ: Mapping[str, str], venv: Path | None = None) -> dict[str, str]:
+def export_env(
+    export: str, environ: Mapping[str, str], venv: Path | str | None = None
+) -> dict[str, str]:
     """The submitter's environment a job takes, from ``--export`` (as sbatch's): ``ALL``
     (everything but reserved names and gpupool's own virtual environment ``venv``), ``NONE``,
     or a comma list of ``NAME`` (from ``environ``) and ``NAME=value``, optionally after
@@ -76,6 +81,12 @@ def export_env(export: str, environ: Mapping[str, str], venv: Path | None = None
             )
         out[name] = value if sep else environ[name]
     return out
+
+
+def path_name(path: str) -> str:
+    """``Path(path).name``: the last part of ``path``, ``""`` for ``/`` or ``.``."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    return parts[-1] if parts else ""
 
 
 def _joined(values: list[str] | None, sep: str) -> str | None:
@@ -140,7 +151,7 @@ def build_submission(params: Mapping[str, Any]) -> dict[str, Any]:
         raise fail(f"--workdir {workdir} is not a folder: give an existing folder")
     overrides = nest_options(flat)
     export: str | None = p("export")
-    exported = export_env("ALL" if export is None else export, os.environ, own_venv())
+    exported = export_env("ALL" if export is None else export, os.environ, own_venv_text())
     exported["PWD"] = os.getcwd()
     base["env"] = {**exported, **(base.get("env") or {})}
     env: list[str] | None = p("env")
@@ -155,7 +166,7 @@ def build_submission(params: Mapping[str, Any]) -> dict[str, Any]:
     spec = merge_spec(base, overrides)
     if "name" not in spec:
         if argv:
-            spec["name"] = Path(argv[0]).name or "job"
+            spec["name"] = path_name(argv[0]) or "job"
         elif wrap is not None:
             spec["name"] = "wrap"
     if "command" not in spec and "script" not in spec:

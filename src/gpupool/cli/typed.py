@@ -26,7 +26,7 @@ def _annotation(p: Param) -> Any:
         if p.many:
             return Annotated[list[str] | None, typer.Argument(help=p.help)]
         return Annotated[str, typer.Argument(help=p.help)]
-    value: Any = {str: str, int: int, Path: Path, bool: bool}[p.kind]
+    value: Any = {str: str, int: int, "path": Path, bool: bool}[p.kind]
     if p.many:
         value = list[value]
     if p.flag and not p.off:

@@ -6,7 +6,10 @@ imports, so that the CLI's hot path (:mod:`gpupool.cli.submitspec`) takes it wit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def merge_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
