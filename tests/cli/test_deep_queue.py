@@ -79,7 +79,9 @@ def _check(rows: list[str], jobs: list[dict[str, object]], whole: bool) -> None:
     for row in rows:
         job = by_id[row.split()[0]]
         cells = row.split()
-        assert "PD" in cells and "00:00:00" in cells and "0.1" in cells
+        assert "PD" in cells
+        assert "00:00:00" in cells
+        assert "0.1" in cells
         if whole:  # through a pipe every column is there, nothing cut
             assert cells[1] == job["name"]
             assert cells[2:5] == ["admin", "default", "default"]
