@@ -8,8 +8,9 @@ release | requeue | update``.
 - **release**: the job is considered again from the next scheduling cycle.
 - **requeue**: a job that ended without finishing its work (failed, preempted, its node failed,
   it could not boot) goes back to the queue as pending, keeping its id, spec and history.
-- **update**: a pending job's name, priority class, time limit, expected run time or
-  preemptibility change (see :mod:`gpupool.control.services.jobedit`).
+- **update**: a pending job's name, priority class, time limit, expected run time,
+  preemptibility or resources change (see :mod:`gpupool.control.services.jobedit`), checked
+  as a submit is checked.
 
 cancel, hold and release take job ids (a job array's id stands for its tasks) and/or filters
 (``-u`` user, ``-n`` name, ``-t`` state, ``-a`` array, ``-A`` account, ``-p`` pool) and change
@@ -22,19 +23,16 @@ other jobs are changed all the same. requeue takes job ids and changes them one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli import hotjobs
-from gpupool.cli.options import CANCEL
+from gpupool.cli import hotjobs, render
+from gpupool.cli.options import CANCEL, UPDATE
+from gpupool.cli.out import OPTION_NAMES
 from gpupool.cli.session import (
-    ExpectedOpt,
     JsonOpt,
-    PreemptibleOpt,
-    QosOpt,
     ServerOpt,
-    TimeOpt,
     TokenOpt,
     fail,
     print_json,
@@ -42,7 +40,8 @@ from gpupool.cli.session import (
 )
 from gpupool.cli.typed import command as typed_command
 from gpupool.client.sdk import Client
-from gpupool.domain.units import format_duration
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.units import format_duration, parse_cpus, parse_gpus, parse_memory
 from gpupool.schemas.jobs import JobView
 
 JobIds = Annotated[list[str], typer.Argument(help="job ids")]
@@ -185,18 +184,8 @@ release = _hold_command(
 )
 
 
-def update(  # noqa: PLR0917 - scontrol-like options
-    job_id: Annotated[str, typer.Argument(help="job id")],
-    job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="new name")] = None,
-    qos: QosOpt = None,
-    time_limit: TimeOpt = None,
-    expected: ExpectedOpt = None,
-    preemptible: PreemptibleOpt = None,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Change a pending job (like scontrol update): name, priority class, time limits.
+UPDATE_HELP = """Change a pending job (like scontrol update): name, priority class, time
+    limits, and its resources, checked as a submit is checked.
 
     Examples:
 
@@ -204,25 +193,58 @@ def update(  # noqa: PLR0917 - scontrol-like options
 
       gpupool update 3f2a9c1d0b7e -q low --expected 30m
 
-    Only jobs that have not started can be changed (exit 6 otherwise); resources, command and
-    pool cannot: cancel the job and submit it again.
+      gpupool update 3f2a9c1d0b7e -g 2 --gpu-mem 40GiB --mem 64GiB
+
+    New resources are laid over the job's own (-g 2 keeps its --gpu-mem) and refused as a
+    submit would refuse them: a bad value, more than any node of its pool holds, past its
+    tenant's quota (exit 2; nothing changes). Only jobs that have not started can be changed
+    (exit 6 otherwise; a running shim job's slice: gpupool resize); command, pool and replicas
+    cannot: cancel the job and submit it again. Every change is audited (job.update).
     """
+
+#: ``update``'s resource options and the job-file key each sets.
+_RESOURCE_KEYS = {
+    "gpus": ("gpus", parse_gpus),
+    "gpu_mem": ("gpu_memory", lambda v: parse_memory(v, field="gpu memory")),
+    "cpus": ("cpus", parse_cpus),
+    "mem": ("memory", lambda v: parse_memory(v, field="memory")),
+}
+
+
+def _update(params: dict[str, Any]) -> None:
+    resources: dict[str, Any] = {}
+    for dest, (key, parse) in _RESOURCE_KEYS.items():
+        value = params[dest]
+        if value is None:
+            continue
+        try:  # refused here, with the option's name, as submit refuses it
+            parse(value)
+        except InvalidValue as exc:
+            raise fail(f"{OPTION_NAMES[f'resources.{key}']}: {exc.message}") from None
+        resources[key] = value
+    if params["gpu_type"]:
+        resources["gpu_types"] = "|".join(params["gpu_type"])
     changes = {
-        "name": job_name,
-        "priority": qos,
-        "time_limit": time_limit,
-        "expected_duration": expected,
-        "preemptible": preemptible,
+        "name": params["job_name"],
+        "priority": params["qos"],
+        "time_limit": params["time_limit"],
+        "expected_duration": params["expected"],
+        "preemptible": params["preemptible"],
+        "resources": resources or None,
     }
-    with session(server, token) as gp:
-        job = gp.update(job_id, **changes)
-        if json_out:
+    with session(params["server"], params["token"]) as gp:
+        job = gp.update(params["job_id"], **changes)
+        if params["json_out"]:
             print_json(job)
         else:
             typer.echo(
                 f"job {job.id} ({job.name}): {job.state}, priority {job.priority_class}, "
                 f"time limit {format_duration(job.time_limit_s) if job.time_limit_s else 'none'}"
+                + (f", GPU slice {render.gpu_slice(job)}" if resources else "")
             )
+
+
+update = typed_command("update", UPDATE_HELP, UPDATE, _update)
 
 
 def install(app: typer.Typer) -> None:

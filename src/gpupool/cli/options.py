@@ -113,14 +113,19 @@ PREEMPTIBLE = Opt(
 
 # ------------------------------------------------------------------ submit and run (sbatch, srun)
 
+JOB_NAME = Opt("job_name", ("-J", "--job-name"), "job name")
+# A job's resources (submit, run, update: job-file keys resources.*).
+GPUS = Opt("gpus", ("-g", "--gpus"), "GPU share: 0.5, 50%, 500m, or whole: 2")
+GPU_MEM = Opt("gpu_mem", ("--gpu-mem",), "GPU memory per device, e.g. 10GiB")
+GPU_TYPE = Opt("gpu_type", ("--gpu-type",), "allowed GPU model (repeat, or A100|H100)", many=True)
+CPUS = Opt("cpus", ("-c", "--cpus"), "host CPUs, e.g. 4")
+MEM = Opt("mem", ("--mem",), "host memory, e.g. 32GiB")
+RESOURCES = (GPUS, GPU_MEM, GPU_TYPE, CPUS, MEM)
+
 SUBMIT: tuple[Param, ...] = (
     Arg("argv", "the command, after --", many=True),
-    Opt("job_name", ("-J", "--job-name"), "job name"),
-    Opt("gpus", ("-g", "--gpus"), "GPU share: 0.5, 50%, 500m, or whole: 2"),
-    Opt("gpu_mem", ("--gpu-mem",), "GPU memory per device, e.g. 10GiB"),
-    Opt("gpu_type", ("--gpu-type",), "allowed GPU model (repeat, or A100|H100)", many=True),
-    Opt("cpus", ("-c", "--cpus"), "host CPUs, e.g. 4"),
-    Opt("mem", ("--mem",), "host memory, e.g. 32GiB"),
+    JOB_NAME,
+    *RESOURCES,
     Opt("pool", ("-p", "--pool"), "pool (partition)"),
     Opt("account", ("-A", "--account"), "tenant to charge (default: yours)"),
     QOS,
@@ -171,6 +176,20 @@ SUBMIT: tuple[Param, ...] = (
     Opt("nodelist", ("-w", "--nodelist"), "only on these nodes: n1,n2"),
     Opt("exclude", ("-x", "--exclude"), "never on these nodes: n3,n4"),
     Opt("parsable", ("--parsable",), "print only the job id", kind=bool),
+    *COMMON,
+)
+
+# ------------------------------------------------------------------ update (scontrol update)
+
+#: ``gpupool update``: not a hot verb, but its job options are submit's, declared once above.
+UPDATE: tuple[Param, ...] = (
+    Arg("job_id", "job id"),
+    JOB_NAME,
+    QOS,
+    TIME,
+    EXPECTED,
+    PREEMPTIBLE,
+    *RESOURCES,
     *COMMON,
 )
 
