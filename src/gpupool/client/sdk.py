@@ -67,6 +67,7 @@ from gpupool.schemas.jobs import (
     UploadView,
 )
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
+from gpupool.schemas.priority import PriorityList
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -435,6 +436,13 @@ class Client:
         """Put a job that ended without finishing (failed, preempted, node or boot failure)
         back in the queue; :class:`~gpupool.client.errors.ApiError` (409) for any other state."""
         return read_answer(JobView, self.request("POST", f"/v1/jobs/{job_id}/requeue").json())
+
+    def priorities(
+        self, *, tenant: str | None = None, user: str | None = None, pool: str | None = None
+    ) -> PriorityList:
+        """Every pending job's priority factors as the scheduler last ranked them, highest
+        first (``GET /v1/priorities``; like Slurm's ``sprio``)."""
+        return self._get(PriorityList, "/v1/priorities", tenant=tenant, user=user, pool=pool)
 
     def events(self, job_id: str) -> builtins.list[JobEventView]:
         return self._get_list(JobEventView, f"/v1/jobs/{job_id}/events")
