@@ -164,3 +164,50 @@ def test_a_hot_verb_s_help_and_errors_still_come_from_typer(user_env: dict[str, 
     code, output, _ = _imports_of(["submit", "--help"], user_env)
     assert code == 0
     assert "--gpu-mem" in output
+
+
+def _run(launch: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", launch, *args],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+FAST = "import sys; from gpupool.cli.main import main; sys.argv[0] = 'gpupool'; main()"
+TYPER = "import sys; from gpupool.cli.app import app; sys.argv[0] = 'gpupool'; app()"
+
+
+def test_the_fast_path_and_typer_print_the_same(user_env: dict[str, str]) -> None:
+    job = _held_job(user_env, "same-probe")
+    cases = [
+        ["queue", "-t", "PD", "-u", "admin"],
+        ["show", job],
+        ["show", job, "--json"],
+        ["cancel", "no-such-job"],
+        ["cancel"],
+        ["submit", "-g", "0.5x", "--", "true"],
+        ["submit", "--wrap", "x", "--", "true"],
+        ["show", "no-such-job"],
+    ]
+    try:
+        for args in cases:
+            fast = _run(FAST, args, user_env)
+            slow = _run(TYPER, args, user_env)
+            if args[0] == "show" and "--json" not in args:  # "(00:00:01 ago)" may tick over
+                fast = (fast[0], fast[1].split("Submitted")[0], fast[2])
+                slow = (slow[0], slow[1].split("Submitted")[0], slow[2])
+            if "--json" in args:  # the age factor grows between the two calls
+                fast_json, slow_json = json.loads(fast[1]), json.loads(slow[1])
+                for answer in (fast_json, slow_json):
+                    answer["job"].pop("priority_factors")
+                    answer["job"].pop("pending_reason")
+                assert fast_json == slow_json
+                fast, slow = fast[::2], slow[::2]
+            assert fast == slow, args
+    finally:
+        with Client(user_env["GPUPOOL_SERVER"], user_env["GPUPOOL_TOKEN"]) as gp:
+            gp.bulk("cancel", name="same-probe")
