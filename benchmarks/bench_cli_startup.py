@@ -13,6 +13,8 @@ counted). The figure is the median over the runs (min and max beside it): CPU ti
 time, so other processes' load changes it little (beyond cache effects). ``--src`` puts another
 source tree first on ``PYTHONPATH`` (e.g. ``git archive 89954b7 src | tar -x -C /tmp/old``) to
 measure before and after on one machine; the bare interpreter (``python -c pass``) is the floor.
+``PYTHONDONTWRITEBYTECODE`` is dropped from the commands' environment, so that the warm-up run
+writes the ``.pyc`` files an installed gpupool has.
 
 ``cancel`` cancels a different held job each run (made through the API beforehand), ``show``
 shows one. Then ``--deep`` held jobs (default 2,000; issue 26) are added through the API and
@@ -123,7 +125,13 @@ def main() -> None:
     ap.add_argument("--src", type=Path, help="source tree to measure instead of the installed one")
     ap.add_argument("--deep", type=int, default=2000, help="jobs for the deep queue (0: none)")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    # .pyc files as an installed gpupool has them: the warm-up run writes them (without them
+    # every run compiles every module it imports, several times the cost measured here)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GPUPOOL_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     if args.src:
         env["PYTHONPATH"] = str(args.src.resolve())
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,6 +14,7 @@ from gpupool.client import Client
 from tests.cli.conftest import LocalPool, Result
 
 Cli = Callable[..., Result]
+HEAD = ["JOBID", "POOL", "USER", "TENANT", "CLASS", "PRIORITY"]
 
 
 def _ranked(pool: LocalPool, ids: set[str]) -> dict[str, dict[str, object]]:
@@ -57,19 +58,7 @@ def test_priority_lists_each_pending_job_s_factors_as_the_scheduler_ranked_them(
         assert r.exit_code == 0, r.stderr
         lines = r.stdout.splitlines()
         head = lines[0].split()
-        assert head == [
-            "JOBID",
-            "POOL",
-            "USER",
-            "TENANT",
-            "CLASS",
-            "PRIORITY",
-            "QOS",
-            "JOBSIZE",
-            "AGE",
-            "FAIRSHARE",
-            "EFFICIENCY",
-        ]
+        assert head == [*HEAD, "QOS", "JOBSIZE", "AGE", "FAIRSHARE", "EFFICIENCY"]
         ids = [line.split()[0] for line in lines[2:]]
         assert ids.index(high) < ids.index(low)
         high_row = next(line for line in lines if line.startswith(high)).split()
@@ -88,12 +77,5 @@ def test_priority_lists_each_pending_job_s_factors_as_the_scheduler_ranked_them(
 def test_priority_of_a_user_without_pending_jobs_lists_none(pool_env: LocalPool, cli: Cli) -> None:
     r = cli("priority", "-u", "nobody-at-all")
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.splitlines()[0].split()[:6] == [
-        "JOBID",
-        "POOL",
-        "USER",
-        "TENANT",
-        "CLASS",
-        "PRIORITY",
-    ]
+    assert r.stdout.splitlines()[0].split()[:6] == HEAD
     assert len(r.stdout.splitlines()) == 2  # the header and its rule, no job

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # rich is imported where a table is left to it, never to print plain text
@@ -44,19 +43,32 @@ if TYPE_CHECKING:  # rich is imported where a table is left to it, never to prin
 GAP = 2
 
 
-@dataclass(frozen=True)
 class Drop:
     """Remove the column ``name`` when the table does not fit."""
 
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Drop({self.name!r})"
 
 
-@dataclass(frozen=True)
 class Cut:
-    """Narrow the column ``name``, down to ``floor`` characters, when the table does not fit."""
+    """Narrow the column ``name``, down to ``floor`` characters, when the table does not fit.
 
-    name: str
-    floor: int
+    (Plain classes, not dataclasses: ``gpupool queue`` builds its table without importing
+    :mod:`dataclasses`, see :mod:`gpupool.cli.hot`.)"""
+
+    __slots__ = ("floor", "name")
+
+    def __init__(self, name: str, floor: int) -> None:
+        self.name = name
+        self.floor = floor
+
+    def __repr__(self) -> str:
+        return f"Cut({self.name!r}, {self.floor})"
 
 
 Move = Drop | Cut

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from gpupool.client.errors import ConfigError
 
@@ -109,14 +108,43 @@ def write_config(path: Path, server: str, token: str) -> None:
     os.replace(tmp, path)
 
 
-@dataclass(frozen=True)
 class Resolved:
-    """A server URL and token with where each came from (``flag``, ``env``, ``config``, ...)."""
+    """A server URL and token with where each came from (``flag``, ``env``, ``config``, ...).
 
+    Immutable and compared by value; a plain class, not a dataclass, because every hot CLI
+    verb builds one and importing :mod:`dataclasses` costs it more than its request."""
+
+    __slots__ = ("server", "server_source", "token", "token_source")
     server: str
     token: str | None
     server_source: str
     token_source: str | None
+
+    def __init__(
+        self, server: str, token: str | None, server_source: str, token_source: str | None
+    ) -> None:
+        for name, value in zip(
+            self.__slots__, (server, server_source, token, token_source), strict=True
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Resolved is immutable: cannot set {name}")
+
+    def _fields(self) -> tuple[str, str | None, str, str | None]:
+        return (self.server, self.token, self.server_source, self.token_source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Resolved) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Resolved(server={self.server!r}, token={'***' if self.token else None}, "
+            f"server_source={self.server_source!r}, token_source={self.token_source!r})"
+        )
 
 
 def _read_first_line(path: str) -> str | None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gpupool.api.deps import Svc, Who
+from gpupool.api.views import factor_views
 from gpupool.control.services.jobs import JobFilter
 from gpupool.domain.states import JobState
-from gpupool.schemas.jobs import FactorView
 from gpupool.schemas.priority import PriorityList, PriorityRow
 
 router = APIRouter(tags=["jobs"])
@@ -34,20 +34,6 @@ def priorities(
         for detail in page.details:
             job = detail.job
             table = ranked.get(job.id)
-            factors = (
-                [
-                    FactorView(
-                        name=f.name,
-                        weight=f.weight,
-                        value=f.value,
-                        contribution=f.contribution,
-                        meaning=f.meaning,
-                    )
-                    for f in table.factors
-                ]
-                if table is not None
-                else None
-            )
             score = table.score if table is not None else None
             row = PriorityRow(
                 id=job.id,
@@ -57,7 +43,7 @@ def priorities(
                 pool=job.spec.pool,
                 priority_class=job.spec.priority_class,
                 priority=score,
-                factors=factors,
+                factors=factor_views(table),
             )
             key = (0 if score is not None else 1, -(score or 0.0), job.submit_time, job.id)
             rows.append((key, row))
