@@ -23,8 +23,13 @@ command's one implementation (:mod:`gpupool.cli.hotjobs`) runs the same way unde
 one line in :func:`gpupool.cli.submitspec.build_submission`'s ``flat`` mapping, and its name in
 ``gpupool.cli.session.OPTION_NAMES`` for error messages). Nothing else: ``--help``, the fast
 parser and the typer path all follow, and ``tests/cli/test_options.py`` checks the two parsers
-agree on every option of every table. A new *hot verb*: a table here and an entry in
-:data:`gpupool.cli.hot.HOT`.
+agree on every option of every table (each spelling: ``-x V``, ``-xV``, ``--long V``,
+``--long=V``). An option only ``run`` takes (``--pty``): a ``RUN = (*SUBMIT, Opt(...))`` table
+here, used for ``run`` in :mod:`gpupool.cli.jobs`. A new *hot verb*: a table here and an entry
+in :data:`gpupool.cli.hot.HOT`; a new verb that is not hot can still be declared here and made
+with :func:`gpupool.cli.typed.command` (``update`` is), or written as a typer function as before.
+Flags taken already: ``-e`` is ``--env`` (Slurm's ``-e`` is ``--error``), ``-t`` is ``--time``,
+``-a`` is ``--array``, ``-d`` is ``--dependency``.
 
 This module imports nothing: it runs on every hot command (``pathlib`` alone would cost 12 ms;
 a ``"path"`` option's value becomes a ``Path`` when one is given).
