@@ -56,6 +56,7 @@ def _job_body(tenant: str) -> dict[str, Any]:
 CASES = [
     Case("POST", "/v1/jobs", "ok ok ok ok 403 403", "ok ok 403 403 403 403", _job_body),
     Case("GET", "/v1/jobs", "ok ok ok ok ok 403"),
+    Case("GET", "/v1/priorities", "ok ok ok ok ok 403"),
     Case("GET", "/v1/jobs/{job_id}", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("GET", "/v1/jobs/{job_id}/events", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),
     Case("GET", "/v1/jobs/{job_id}/logs", "ok ok ok ok ok 403", "ok ok 404 404 404 403"),

@@ -111,6 +111,7 @@ OPERATIONS = (
     "DELETE /v1/tokens/{token_id}",
     "GET /v1/audit",
     "GET /v1/usage",
+    "GET /v1/priorities",
     "GET /v1/events",
     "POST /v1/uploads",
     "GET /v1/agent/uploads/{upload_id}",

@@ -19,6 +19,7 @@ CLIENT_COMMANDS = [
     "release",
     "requeue",
     "update",
+    "priority",
     "history",
     "nodes",
     "gpus",

@@ -43,6 +43,7 @@ from gpupool.api.routers import (
     events,
     jobs,
     nodes,
+    priority,
     results,
     uploads,
     usage,
@@ -129,7 +130,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(AgentShedding, cp=cp)  # outermost: sheds before anything else runs
     openapi.install(app, metrics_token=cp.settings.metrics_token)
-    for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results):
+    for module in (jobs, agent, nodes, admin, users, usage, events, uploads, results, priority):
         app.include_router(module.router)
     for router in routers:
         app.include_router(router)

@@ -90,21 +90,24 @@ def job_view(
         ],
         memory_oversubscription=detail.memory_oversubscription if detail else "fail",
         spilled_bytes=sum(x.spilled_bytes for x in detail.slices) if detail else 0,
-        priority_factors=(
-            [
-                FactorView(
-                    name=f.name,
-                    weight=f.weight,
-                    value=f.value,
-                    contribution=f.contribution,
-                    meaning=f.meaning,
-                )
-                for f in factors.factors
-            ]
-            if factors is not None
-            else None
-        ),
+        priority_factors=factor_views(factors),
     )
+
+
+def factor_views(factors: PriorityFactors | None) -> list[FactorView] | None:
+    """A job's factor table from the scheduler's last cycle; ``None`` when it has none."""
+    if factors is None:
+        return None
+    return [
+        FactorView(
+            name=f.name,
+            weight=f.weight,
+            value=f.value,
+            contribution=f.contribution,
+            meaning=f.meaning,
+        )
+        for f in factors.factors
+    ]
 
 
 def event_view(e: JobEvent) -> JobEventView:

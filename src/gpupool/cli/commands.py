@@ -3,7 +3,8 @@
 Commands live in one module per group, each with an ``install(app)`` that adds its commands:
 :mod:`~gpupool.cli.jobs` (submit, run, queue), :mod:`~gpupool.cli.alloc` (alloc),
 :mod:`~gpupool.cli.jobinfo` (show, logs, fetch, history),
-:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update), :mod:`~gpupool.cli.resize`,
+:mod:`~gpupool.cli.jobctl` (cancel, hold, release, requeue, update), :mod:`~gpupool.cli.sprio`
+(priority), :mod:`~gpupool.cli.resize`,
 :mod:`~gpupool.cli.infra` (nodes, gpus, drain, resume), :mod:`~gpupool.cli.admin` (pools,
 tenants, quota, priority-classes, users, tokens, audit), :mod:`~gpupool.cli.top`,
 :mod:`~gpupool.cli.report`, :mod:`~gpupool.cli.precheck`, :mod:`~gpupool.cli.login`,
@@ -47,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "release": "gpupool.cli.jobctl",
     "requeue": "gpupool.cli.jobctl",
     "update": "gpupool.cli.jobctl",
+    "priority": "gpupool.cli.sprio",
     "resize": "gpupool.cli.resize",
     "nodes": "gpupool.cli.infra",
     "gpus": "gpupool.cli.infra",

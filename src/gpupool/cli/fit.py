@@ -27,46 +27,99 @@ A table that does not fit even after every move, or has a title, is still left t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from rich import box
-from rich.cells import cell_len, set_cell_size
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.errors import MarkupError
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # rich is imported where a table is left to it, never to print plain text
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    Cell = str | Text
 
 #: Spaces between two columns.
 GAP = 2
 
 
-@dataclass(frozen=True)
 class Drop:
     """Remove the column ``name`` when the table does not fit."""
 
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Drop({self.name!r})"
 
 
-@dataclass(frozen=True)
 class Cut:
-    """Narrow the column ``name``, down to ``floor`` characters, when the table does not fit."""
+    """Narrow the column ``name``, down to ``floor`` characters, when the table does not fit.
 
-    name: str
-    floor: int
+    (Plain classes, not dataclasses: ``gpupool queue`` builds its table without importing
+    :mod:`dataclasses`, see :mod:`gpupool.cli.hot`.)"""
+
+    __slots__ = ("floor", "name")
+
+    def __init__(self, name: str, floor: int) -> None:
+        self.name = name
+        self.floor = floor
+
+    def __repr__(self) -> str:
+        return f"Cut({self.name!r}, {self.floor})"
 
 
 Move = Drop | Cut
-Cell = str | Text
+
+#: What rich would read as markup in a text cell: a style tag (``[b]``, not ``[3]``) or an
+#: emoji code (``:+1:``; ``:00:`` in a time is not one). Rich's emoji names with no letter in
+#: them are listed, so that a cell is handed to rich only when rich could change it.
+_TAG = re.compile(r"\[[a-z#/@][^[]*?]")
+_EMOJI = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")
+_EMOJI_WITHOUT_LETTERS = frozenset({"+1", "-1", "100", "1234", "__1"})
+
+
+def cell_len(text: str) -> int:
+    """Columns ``text`` takes in a terminal (rich's measure; ASCII without importing it)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len as rich_cell_len  # wide characters only
+
+    return rich_cell_len(text)
+
+
+def set_cell_size(text: str, width: int) -> str:
+    """``text`` cut or padded to ``width`` columns, as rich does it."""
+    if text.isascii():
+        return text[:width].ljust(width)
+    from rich.cells import set_cell_size as rich_set  # wide characters only
+
+    return rich_set(text, width)
+
+
+def _is_plain(cell: str) -> bool:
+    """Whether rich prints ``cell`` as it is (no style tag, no emoji code in it)."""
+    if "[" in cell and _TAG.search(cell):
+        return False
+    if ":" in cell:
+        for match in _EMOJI.finditer(cell):
+            name = match.group(2).lower()
+            if name in _EMOJI_WITHOUT_LETTERS or any(c.isalpha() for c in name):
+                return False
+    return True
 
 
 def _as_rich_prints(cell: str) -> str | None:
     """A text cell as rich shows it: rich reads a table's text cells as markup with emoji
     codes (``[b]`` is a style, ``:x:`` an emoji), so the plain text must too; ``None`` for a
     cell rich cannot read (it is left to rich, which says why)."""
-    if "[" not in cell and ":" not in cell:
+    if _is_plain(cell):
         return cell
+    from rich.errors import MarkupError  # a cell rich would change
+    from rich.text import Text
+
     try:
         return Text.from_markup(cell).plain
     except MarkupError:
@@ -103,7 +156,7 @@ class FitTable:
         widths = {name: len(name) for name in self.columns}
         for row in self.rows:
             for name, cell in zip(self.columns, row, strict=True):
-                width = Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
+                width = cell_len(cell) if isinstance(cell, str) else cell.cell_len
                 widths[name] = max(widths[name], width)
         return widths
 
@@ -143,6 +196,9 @@ class FitTable:
 
     def layout(self, width: int) -> Table:
         """The rich table for a console ``width`` columns wide."""
+        from rich import box  # rich lays this table out
+        from rich.table import Table
+
         widths = self.widths_for(width)
         table = Table(
             box=box.SIMPLE_HEAD,
@@ -183,7 +239,7 @@ class FitTable:
             out = []
             for i in kept:
                 cell = cells[i]
-                text = cell.plain if isinstance(cell, Text) else _as_rich_prints(cell)
+                text = _as_rich_prints(cell) if isinstance(cell, str) else cell.plain
                 if text is None or "\n" in text:
                     return None
                 name = self.columns[i]
@@ -212,6 +268,8 @@ class FitTable:
         yield self.layout(options.max_width)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement  # rich is printing it
+
         widths = self.widths_for(options.max_width)
         need = sum(widths.values()) + GAP * (len(widths) - 1)
         return Measurement(min(need, options.max_width), min(need, options.max_width))

@@ -8,8 +8,9 @@ release | requeue | update``.
 - **release**: the job is considered again from the next scheduling cycle.
 - **requeue**: a job that ended without finishing its work (failed, preempted, its node failed,
   it could not boot) goes back to the queue as pending, keeping its id, spec and history.
-- **update**: a pending job's name, priority class, time limit, expected run time or
-  preemptibility change (see :mod:`gpupool.control.services.jobedit`).
+- **update**: a pending job's name, priority class, time limit, expected run time,
+  preemptibility or resources change (see :mod:`gpupool.control.services.jobedit`), checked
+  as a submit is checked.
 
 cancel, hold and release take job ids (a job array's id stands for its tasks) and/or filters
 (``-u`` user, ``-n`` name, ``-t`` state, ``-a`` array, ``-A`` account, ``-p`` pool) and change
@@ -22,25 +23,25 @@ other jobs are changed all the same. requeue takes job ids and changes them one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli import hotjobs, render
+from gpupool.cli.options import CANCEL, UPDATE
+from gpupool.cli.out import OPTION_NAMES
 from gpupool.cli.session import (
-    ExpectedOpt,
     JsonOpt,
-    PreemptibleOpt,
-    QosOpt,
     ServerOpt,
-    TimeOpt,
     TokenOpt,
     fail,
     print_json,
     session,
 )
-from gpupool.client.errors import EXIT_CONFLICT, EXIT_DENIED, EXIT_NOT_FOUND
+from gpupool.cli.typed import command as typed_command
 from gpupool.client.sdk import Client
-from gpupool.domain.units import format_duration
+from gpupool.domain.errors import InvalidValue
+from gpupool.domain.units import format_duration, parse_cpus, parse_gpus, parse_memory
 from gpupool.schemas.jobs import JobView
 
 JobIds = Annotated[list[str], typer.Argument(help="job ids")]
@@ -110,87 +111,7 @@ ArrayOpt = Annotated[
 AccountOpt = Annotated[str | None, typer.Option("-A", "--account", help="only this tenant's jobs")]
 PoolOpt = Annotated[str | None, typer.Option("-p", "--pool", help="only jobs of this pool")]
 
-#: What each action says about a job named by id that it leaves alone.
-_SKIP = {
-    "cancel": "already ended: nothing to cancel",
-    "hold": "only pending jobs can be held",
-}
-
-
-def _select(  # noqa: PLR0917 - the selection's parts
-    gp: Client,
-    action: str,
-    job_ids: list[str] | None,
-    user: str | None,
-    name: str | None,
-    states: list[str] | None,
-    array: str | None,
-    account: str | None,
-    pool: str | None,
-    json_out: bool,
-    reason: str | None = None,
-) -> None:
-    """``action`` on the selection in one request (``POST /v1/jobs/bulk``); one line per job
-    changed, then the ids that matched nothing (exit 3) or that the action leaves alone
-    (exit 6)."""
-    done = gp.bulk(
-        action,
-        ids=job_ids or (),
-        user=user,
-        name=name,
-        states=states or (),
-        array=array,
-        tenant=account,
-        pool=pool,
-        reason=reason,
-    )
-    if json_out:
-        print_json(done.changed)
-    else:
-        lines = [
-            f"job {c.id} ({c.name}): {c.state}"
-            + (", held" if c.held and c.state == "PENDING" else "")
-            for c in done.changed
-        ]
-        if lines:
-            typer.echo("\n".join(lines))
-    code = 0
-    skipped = [c for c in done.skipped if action in _SKIP]
-    for c in skipped:
-        typer.echo(f"error: job {c.id} is {c.state}: {_SKIP[action]}", err=True)
-        code = EXIT_CONFLICT
-    for job_id in done.not_found:
-        typer.echo(
-            f"error: job {job_id!r} not found: list your jobs with `gpupool queue`", err=True
-        )
-        code = EXIT_NOT_FOUND
-    if done.refused:
-        typer.echo(
-            f"error: {done.refused} selected job(s) are not yours to {action}: members change "
-            "their own jobs, tenant admins their tenant's",
-            err=True,
-        )
-        code = code or EXIT_DENIED
-    if not done.changed and not code and not json_out:
-        typer.echo(f"no job matched: nothing to {action}", err=True)
-    if code:
-        raise typer.Exit(code)
-
-
-def cancel(  # noqa: PLR0917 - scancel-like options
-    job_ids: JobIdsOpt = None,
-    user: UserOpt = None,
-    name: NameOpt = None,
-    state: StateOpt = None,
-    array: ArrayOpt = None,
-    account: AccountOpt = None,
-    pool: PoolOpt = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="why, for the record")] = None,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Cancel jobs (like scancel), by id and/or filter, in one request. A running job gets
+CANCEL_HELP = """Cancel jobs (like scancel), by id and/or filter, in one request. A running job gets
     its checkpoint signal and grace first.
 
     Examples:
@@ -207,10 +128,8 @@ def cancel(  # noqa: PLR0917 - scancel-like options
 
     Filters narrow together; without -t every unfinished job they match is cancelled.
     """
-    if not job_ids and not any((user, name, state, array, account, pool)):
-        raise fail("nothing to cancel: give job ids, or a filter (-u, -n, -t, -a, -A, -p)")
-    with session(server, token) as gp:
-        _select(gp, "cancel", job_ids, user, name, state, array, account, pool, json_out, reason)
+
+cancel = typed_command("cancel", CANCEL_HELP, CANCEL, hotjobs.cancel)
 
 
 def _hold_command(action: str, doc: str) -> Callable[..., None]:
@@ -227,8 +146,9 @@ def _hold_command(action: str, doc: str) -> Callable[..., None]:
     ) -> None:
         if not job_ids and not any((user, name, array, account, pool)):
             raise fail(f"nothing to {action}: give job ids, or a filter (-u, -n, -a, -A, -p)")
-        with session(server, token) as gp:
-            _select(gp, action, job_ids, user, name, None, array, account, pool, json_out)
+        given = {"job_ids": job_ids, "user": user, "name": name, "array": array}
+        given |= {"account": account, "pool": pool, "server": server, "token": token}
+        hotjobs.select(action, {**given, "json_out": json_out})
 
     command.__name__ = action
     command.__doc__ = doc
@@ -264,18 +184,8 @@ release = _hold_command(
 )
 
 
-def update(  # noqa: PLR0917 - scontrol-like options
-    job_id: Annotated[str, typer.Argument(help="job id")],
-    job_name: Annotated[str | None, typer.Option("-J", "--job-name", help="new name")] = None,
-    qos: QosOpt = None,
-    time_limit: TimeOpt = None,
-    expected: ExpectedOpt = None,
-    preemptible: PreemptibleOpt = None,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Change a pending job (like scontrol update): name, priority class, time limits.
+UPDATE_HELP = """Change a pending job (like scontrol update): name, priority class, time
+    limits, and its resources, checked as a submit is checked.
 
     Examples:
 
@@ -283,25 +193,58 @@ def update(  # noqa: PLR0917 - scontrol-like options
 
       gpupool update 3f2a9c1d0b7e -q low --expected 30m
 
-    Only jobs that have not started can be changed (exit 6 otherwise); resources, command and
-    pool cannot: cancel the job and submit it again.
+      gpupool update 3f2a9c1d0b7e -g 2 --gpu-mem 40GiB --mem 64GiB
+
+    New resources are laid over the job's own (-g 2 keeps its --gpu-mem) and refused as a
+    submit would refuse them: a bad value, more than any node of its pool holds, past its
+    tenant's quota (exit 2; nothing changes). Only jobs that have not started can be changed
+    (exit 6 otherwise; a running shim job's slice: gpupool resize); command, pool and replicas
+    cannot: cancel the job and submit it again. Every change is audited (job.update).
     """
+
+#: ``update``'s resource options and the job-file key each sets.
+_RESOURCE_KEYS = {
+    "gpus": ("gpus", parse_gpus),
+    "gpu_mem": ("gpu_memory", lambda v: parse_memory(v, field="gpu memory")),
+    "cpus": ("cpus", parse_cpus),
+    "mem": ("memory", lambda v: parse_memory(v, field="memory")),
+}
+
+
+def _update(params: dict[str, Any]) -> None:
+    resources: dict[str, Any] = {}
+    for dest, (key, parse) in _RESOURCE_KEYS.items():
+        value = params[dest]
+        if value is None:
+            continue
+        try:  # refused here, with the option's name, as submit refuses it
+            parse(value)
+        except InvalidValue as exc:
+            raise fail(f"{OPTION_NAMES[f'resources.{key}']}: {exc.message}") from None
+        resources[key] = value
+    if params["gpu_type"]:
+        resources["gpu_types"] = "|".join(params["gpu_type"])
     changes = {
-        "name": job_name,
-        "priority": qos,
-        "time_limit": time_limit,
-        "expected_duration": expected,
-        "preemptible": preemptible,
+        "name": params["job_name"],
+        "priority": params["qos"],
+        "time_limit": params["time_limit"],
+        "expected_duration": params["expected"],
+        "preemptible": params["preemptible"],
+        "resources": resources or None,
     }
-    with session(server, token) as gp:
-        job = gp.update(job_id, **changes)
-        if json_out:
+    with session(params["server"], params["token"]) as gp:
+        job = gp.update(params["job_id"], **changes)
+        if params["json_out"]:
             print_json(job)
         else:
             typer.echo(
                 f"job {job.id} ({job.name}): {job.state}, priority {job.priority_class}, "
                 f"time limit {format_duration(job.time_limit_s) if job.time_limit_s else 'none'}"
+                + (f", GPU slice {render.gpu_slice(job)}" if resources else "")
             )
+
+
+update = typed_command("update", UPDATE_HELP, UPDATE, _update)
 
 
 def install(app: typer.Typer) -> None:

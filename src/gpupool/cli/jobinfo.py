@@ -15,9 +15,10 @@ from typing import Annotated
 
 import typer
 
-from gpupool.cli import render
+from gpupool.cli import hotjobs, render
 from gpupool.cli.jobref import resolve
 from gpupool.cli.jobs import write_output
+from gpupool.cli.options import SHOW
 from gpupool.cli.session import (
     JsonOpt,
     ServerOpt,
@@ -28,6 +29,7 @@ from gpupool.cli.session import (
     print_json,
     session,
 )
+from gpupool.cli.typed import command as typed_command
 from gpupool.client.errors import EXIT_FAILED
 from gpupool.client.logs import LogPiece
 from gpupool.client.sdk import Client
@@ -35,14 +37,7 @@ from gpupool.domain.clock import SystemClock
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.jobs import JobView
 
-
-def show(
-    job_id: Annotated[str, typer.Argument(help="job id, job array id, or ARRAY_INDEX")],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Show one job: fields, why it waits, its priority factor table and its events.
+SHOW_HELP = """Show one job: fields, why it waits, its priority factor table and its events.
 
     Examples:
 
@@ -50,22 +45,8 @@ def show(
 
       gpupool show 3f2a9c1d0b7e --json
     """
-    with session(server, token) as gp:
-        found = resolve(gp, job_id)
-        if isinstance(found, list):  # a job array's id: its tasks, as queue lists them
-            if json_out:
-                print_json(found)
-                return
-            typer.echo(
-                f"job array {job_id}: {len(found)} tasks (gpupool show {job_id}_INDEX for one)"
-            )
-            emit(render.queue_table(found, SystemClock().now()))
-            return
-        events = gp.events(found.id)
-        if json_out:
-            print_json({"job": found, "events": events})
-            return
-        emit(render.job_detail(found, events, SystemClock().now()))
+
+show = typed_command("show", SHOW_HELP, SHOW, hotjobs.show)
 
 
 def logs(

@@ -1,63 +1,40 @@
-"""Entry point of the ``gpupool`` command: one typer app over the command modules.
+"""Entry point of the ``gpupool`` command.
 
-The commands are loaded lazily (see :mod:`gpupool.cli.commands`): this module imports typer and
-the command table, nothing else.
+:func:`main` first offers the command line to the fast path (:mod:`gpupool.cli.hot`: ``version``
+and the hot verbs, without typer); everything else goes to the typer app of
+:mod:`gpupool.cli.app`, over the lazily loaded command modules. ``app``, ``root_command`` and
+``walk`` are that module's, loaded on first use, so importing this module costs nothing.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
-import typer
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from gpupool import __version__
-from gpupool.cli.commands import LazyGroup, click
-
-app = typer.Typer(
-    name="gpupool",
-    help="gpupool: one shared pool over every GPU your team owns.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=LazyGroup,
-)
+_FROM_APP = ("app", "root_command", "walk", "version", "root")
 
 
-@app.callback()
-def root() -> None:
-    """A callback, so that the app is a group of commands even before any is loaded."""
+def __getattr__(name: str) -> Any:
+    if name in _FROM_APP:
+        from gpupool.cli import app as app_module
 
-
-@app.command()
-def version() -> None:
-    """Print gpupool's version.
-
-    Example: ``gpupool version``
-    """
-    typer.echo(__version__)
-
-
-def root_command() -> LazyGroup:
-    """The click group behind :data:`app` with every command loaded (for tests and tools)."""
-    group = typer.main.get_command(app)
-    assert isinstance(group, LazyGroup)
-    group.load_all()
-    return group
-
-
-def walk(group: click.Command, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
-    """Every command under ``group`` as (``"nodes delete"``-style path, command)."""
-    children: dict[str, click.Command] = getattr(group, "commands", {})
-    for name, command in children.items():
-        path = f"{prefix}{name}"
-        yield path, command
-        yield from walk(command, path + " ")
+        return getattr(app_module, name)
+    raise AttributeError(f"module 'gpupool.cli.main' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point."""
     try:
+        from gpupool.cli.hot import dispatch
+
+        code = dispatch(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+        from gpupool.cli.app import app
+
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         sys.exit(130)

@@ -8,7 +8,6 @@ Times are local time, ``YYYY-MM-DDTHH:MM:SS`` as ``sacct`` prints them; duration
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 
 from rich import box
@@ -17,14 +16,26 @@ from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli.fit import Cut, Drop, FitTable, Move
-from gpupool.client.telemetry import DeviceSample
-from gpupool.domain.units import (
-    MILLI_PER_GPU,
-    format_cpus,
-    format_duration,
-    format_gpus,
-    format_memory,
+from gpupool.cli.jobtable import (
+    DASH,
+    EVENT_COLUMNS,
+    EVENT_RIGHT,
+    FACTOR_COLUMNS,
+    FACTOR_RIGHT,
+    QUEUE_MOVES,
+    ago,
+    detail_rows,
+    elapsed,
+    event_rows,
+    exit_code,
+    factor_rows,
+    gpu_slice,
+    queue_table,
+    reason,
+    when,
 )
+from gpupool.client.telemetry import DeviceSample
+from gpupool.domain.units import MILLI_PER_GPU, format_cpus, format_gpus, format_memory
 from gpupool.schemas.admin import (
     AuditView,
     PoolView,
@@ -35,8 +46,6 @@ from gpupool.schemas.admin import (
 )
 from gpupool.schemas.jobs import JobEventView, JobView
 from gpupool.schemas.nodes import DeviceView, NodeView, UsageReport
-
-DASH = "-"
 
 
 def table(*columns: str, title: str | None = None, right: Iterable[str] = ()) -> Table:
@@ -55,121 +64,12 @@ def table(*columns: str, title: str | None = None, right: Iterable[str] = ()) ->
     return t
 
 
-def when(t: float | None) -> str:
-    if t is None:
-        return DASH
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
-
-
-def ago(t: float | None, now: float) -> str:
-    if t is None:
-        return DASH
-    delta = now - t
-    if delta < 0:
-        return "in " + format_duration(-delta)
-    return format_duration(delta) + " ago"
-
-
 def pct(ratio: float | None) -> str:
     return DASH if ratio is None else f"{ratio * 100:.0f}%"
 
 
 def mem(mib: int | None) -> str:
     return DASH if mib is None else format_memory(mib)
-
-
-def gpu_slice(job: JobView) -> str:
-    """GPU share per replica (``2x`` for gangs), then memory and types: ``0.5 10GiB A100``."""
-    parts = [format_gpus(job.gpu_milli)]
-    if job.replicas > 1:
-        parts[0] = f"{job.replicas}x{parts[0]}"
-    if job.gpu_memory_mib is not None:
-        parts.append(format_memory(job.gpu_memory_mib))
-    if job.gpu_types:
-        parts.append("|".join(job.gpu_types))
-    return " ".join(parts)
-
-
-def elapsed(job: JobView, now: float) -> str:
-    if job.start_time is None:
-        return format_duration(0)
-    end = job.end_time if job.end_time is not None else now
-    return format_duration(max(0.0, end - job.start_time))
-
-
-def reason(job: JobView) -> str:
-    if job.held:
-        return "JobHeld"
-    if job.state == "PENDING":
-        return job.pending_reason or "Priority"
-    if job.nodes:
-        return ",".join(job.nodes)
-    return job.reason or DASH
-
-
-#: How ``gpupool queue`` fits a narrow terminal (see :mod:`gpupool.cli.fit`): job id, state,
-#: time and slice are never cut; the reason is cut last.
-QUEUE_MOVES: tuple[Move, ...] = (
-    Cut("NODELIST(REASON)", 32),
-    Cut("NAME", 16),
-    Drop("START"),
-    Drop("PRIO"),
-    Drop("POOL"),
-    Drop("TENANT"),
-    Cut("NAME", 10),
-    Cut("USER", 8),
-    Cut("NAME", 6),
-    Cut("NODELIST(REASON)", 10),
-)
-
-
-def queue_table(jobs: Sequence[JobView], now: float) -> FitTable:
-    """``gpupool queue``: squeue's columns plus the GPU slice, REASON and START estimate."""
-    t = FitTable(
-        (
-            "JOBID",
-            "NAME",
-            "USER",
-            "TENANT",
-            "POOL",
-            "ST",
-            "TIME",
-            "GPU SLICE",
-            "PRIO",
-            "START",
-            "NODELIST(REASON)",
-        ),
-        right=("TIME",),
-        moves=QUEUE_MOVES,
-    )
-    for j in jobs:
-        if j.state == "PENDING":
-            start = when(j.estimated_start) if j.estimated_start is not None else "N/A"
-            where = f"({reason(j)})"
-        else:
-            start = when(j.start_time)
-            where = ",".join(j.nodes) if j.nodes else (f"({j.reason})" if j.reason else DASH)
-        t.add_row(
-            j.id,
-            j.name,
-            j.user,
-            j.tenant,
-            j.pool,
-            j.state_code,
-            elapsed(j, now),
-            gpu_slice(j),
-            f"{j.priority_class}",
-            start,
-            where,
-        )
-    return t
-
-
-def exit_code(job: JobView) -> str:
-    """sacct's ``ExitCode``: ``code:signal``."""
-    code = DASH if job.exit_code is None else str(job.exit_code)
-    sig = job.signal or "0"
-    return DASH if job.exit_code is None and job.signal is None else f"{code}:{sig}"
 
 
 def history_table(jobs: Sequence[JobView], now: float) -> Table:
@@ -229,85 +129,25 @@ def audit_table(rows: Sequence[AuditView]) -> Table:
 
 
 def job_detail(job: JobView, events: Sequence[JobEventView], now: float) -> RenderableType:
-    """``gpupool show``: the job's fields, why it waits, its priority factors and events."""
+    """``gpupool show``: the job's fields, why it waits, its priority factors and events
+    (the cells from :mod:`gpupool.cli.jobtable`, which prints the same without rich)."""
     kv = Table(box=None, show_header=False, pad_edge=False)
     kv.add_column(style="bold", no_wrap=True)
     kv.add_column()
-    command = " ".join(job.command) if job.command else f"sh -c {job.script!r}"
-    limit = format_duration(job.time_limit_s) if job.time_limit_s is not None else "pool default"
-    rows: list[tuple[str, str]] = [
-        ("JobId", job.id),
-        ("Name", job.name),
-        ("State", f"{job.state} ({job.state_code})" + (" held" if job.held else "")),
-        ("User / Tenant", f"{job.user} / {job.tenant}"),
-        ("Pool", job.pool),
-        ("Priority", f"{job.priority_class} ({job.priority})"),
-        (
-            "GPU slice",
-            gpu_slice(job) + (" (gang: all replicas start together)" if job.replicas > 1 else ""),
-        ),
-        ("Preemptible", "yes" if job.preemptible else "no"),
-        ("Isolation", job.isolation or DASH),
-        ("Command", command),
-        ("Time limit", limit),
-        ("Submitted", f"{when(job.submit_time)} ({ago(job.submit_time, now)})"),
-        ("Started", when(job.start_time)),
-        ("Ended", when(job.end_time)),
-        ("Elapsed", elapsed(job, now)),
-        ("Restarts", str(job.restart_count)),
-        ("Exit code", exit_code(job)),
-        ("Nodes", ",".join(job.nodes) or DASH),
-    ]
-    if job.memory_oversubscription == "spill" or job.spilled_bytes:  # the pool's choice (shim)
-        spilled = format_memory(-(-job.spilled_bytes // (1 << 20))) if job.spilled_bytes else "none"
-        rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
-    if job.dependency:
-        rows.append(("Dependency", job.dependency))
-    c = job.container
-    if c is not None:  # submit --image: the image and what the job adds to it
-        extra = [
-            f"engine {c.engine}" if c.engine else "",
-            f"workdir {c.workdir}" if c.workdir else "",
-        ]
-        extra += [f"mount {m}" for m in c.mounts] + [f"env {k}" for k in sorted(c.env)]
-        rows.insert(
-            rows.index(("Command", command)), ("Image", "; ".join([c.image, *filter(None, extra)]))
-        )
-    if job.state == "PENDING":
-        rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
-        est = job.estimated_start
-        rows.append(("Est. start", f"{when(est)} ({ago(est, now)})" if est else "unknown"))
-    if job.reason:
-        rows.append(("Last reason", job.reason))
-    for key, value in rows:
+    for key, value in detail_rows(job, now):
         kv.add_row(key, value)
     parts: list[RenderableType] = [kv]
-    if job.priority_factors:
-        f = table(
-            "FACTOR",
-            "WEIGHT",
-            "VALUE",
-            "CONTRIBUTION",
-            "MEANING",
-            title="Priority factors",
-            right=("WEIGHT", "VALUE", "CONTRIBUTION"),
-        )
-        total = 0.0
-        for factor in job.priority_factors:
-            total += factor.contribution
-            f.add_row(
-                factor.name,
-                f"{factor.weight:.2f}",
-                f"{factor.value:.3f}",
-                f"{factor.contribution:.3f}",
-                factor.meaning,
-            )
-        f.add_row(Text("total", style="bold"), "", "", f"{total:.3f}", "")
+    factors = factor_rows(job)
+    if factors:
+        f = table(*FACTOR_COLUMNS, title="Priority factors", right=FACTOR_RIGHT)
+        for row in factors[:-1]:
+            f.add_row(*row)
+        f.add_row(Text("total", style="bold"), *factors[-1][1:])
         parts += [Text(""), f]
     if events:
-        e = table("TIME", "FROM", "TO", "VERSION", "REASON", title="Events", right=("VERSION",))
-        for ev in events:
-            e.add_row(when(ev.time), ev.source, ev.target, str(ev.version), ev.reason or DASH)
+        e = table(*EVENT_COLUMNS, title="Events", right=EVENT_RIGHT)
+        for cells in event_rows(events):
+            e.add_row(*cells)
         parts += [Text(""), e]
     return Group(*parts)
 
@@ -584,3 +424,18 @@ def tokens_table(tokens: Sequence[TokenView], now: float) -> Table:
             tok.id, tok.user, tok.name or DASH, when(tok.created_at), when(tok.expires_at), status
         )
     return t
+
+
+__all__ = [
+    "DASH",
+    "QUEUE_MOVES",
+    "ago",
+    "elapsed",
+    "exit_code",
+    "gpu_slice",
+    "job_detail",
+    "queue_table",
+    "reason",
+    "table",
+    "when",
+]

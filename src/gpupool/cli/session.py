@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from rich.console import Console, RenderableType
 
 from gpupool.cli.fit import FitTable
+from gpupool.cli.out import spec_problems
 from gpupool.client.errors import EXIT_INVALID, ClientError
 from gpupool.client.sdk import Client
 from gpupool.domain.errors import GpupoolError, SpecError
@@ -61,33 +62,6 @@ ExpectedOpt = Annotated[
 PreemptibleOpt = Annotated[
     bool | None, typer.Option("--preemptible/--no-preemptible", help="may be preempted")
 ]
-
-#: Job-file keys and the ``submit`` option that sets each, for error messages.
-OPTION_NAMES: dict[str, str] = {
-    "name": "-J/--job-name",
-    "command": "the command after --",
-    "script": "--wrap",
-    "resources.gpus": "-g/--gpus",
-    "resources.gpu_memory": "--gpu-mem",
-    "resources.gpu_types": "--gpu-type",
-    "resources.cpus": "-c/--cpus",
-    "resources.memory": "--mem",
-    "pool": "-p/--pool",
-    "tenant": "-A/--account",
-    "priority": "-q/--qos",
-    "time_limit": "-t/--time",
-    "expected_duration": "--expected",
-    "replicas": "--replicas",
-    "checkpoint.signal": "--checkpoint-signal",
-    "checkpoint.grace": "--grace",
-    "isolation": "--isolation",
-    "max_restarts": "--max-restarts",
-    "workdir": "--workdir",
-    "output": "-o/--output",
-    "error": "--error",
-    "time_min": "--time-min",
-    "constraint": "-C/--constraint",
-}
 
 
 def console() -> Console:
@@ -125,22 +99,13 @@ def fail(message: str, code: int = EXIT_INVALID) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _spec_problems(exc: SpecError, cli: bool) -> Iterator[str]:
-    for p in exc.problems:
-        if cli and p.source is None:
-            name = f"-e {p.key[4:]}" if p.key.startswith("env.") else OPTION_NAMES.get(p.key, p.key)
-            yield f"{name}: {p.message}"
-        else:
-            yield str(p)
-
-
 @contextmanager
 def handle_errors(cli_options: bool = False) -> Iterator[None]:
     """Turn gpupool errors into one line on stderr and the right exit code."""
     try:
         yield
     except SpecError as exc:
-        for line in _spec_problems(exc, cli_options):
+        for line in spec_problems(exc, cli_options):
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(EXIT_INVALID) from None
     except ClientError as exc:

@@ -20,35 +20,56 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 from gpupool.client.errors import ConfigError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
 DEFAULT_SERVER = "http://127.0.0.1:8470"
-DEFAULT_HOME = Path("~/.local/share/gpupool")
+#: Where a standalone pool keeps its files without ``$GPUPOOL_HOME``.
+DEFAULT_HOME_TEXT = "~/.local/share/gpupool"
+
+
+def _clean(path: str) -> str:
+    """``path`` with ``~`` expanded and written as ``str(Path(path))`` writes it."""
+    path = os.path.expanduser(path)
+    return os.path.normpath(path) if ".." not in path.split("/") else path.rstrip("/") or "/"
+
+
+def _home_text(env: Mapping[str, str]) -> str:
+    return _clean(env.get("GPUPOOL_HOME") or DEFAULT_HOME_TEXT)
+
+
+def _config_text(env: Mapping[str, str]) -> str:
+    base = _clean(env.get("XDG_CONFIG_HOME") or "~/.config")
+    return os.path.join(base, "gpupool", "config.toml")
+
+
 _LINE_RE = re.compile(r'^\s*(?P<key>[A-Za-z_]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*$')
 
 
 def gpupool_home(env: Mapping[str, str] | None = None) -> Path:
     """``$GPUPOOL_HOME``, by default ``~/.local/share/gpupool`` (same rule as the server)."""
-    env = os.environ if env is None else env
-    raw = env.get("GPUPOOL_HOME")
-    return Path(raw).expanduser() if raw else DEFAULT_HOME.expanduser()
+    from pathlib import Path  # the hot verbs never need one (12 ms)
+
+    return Path(_home_text(os.environ if env is None else env))
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
     """The user config file: ``$XDG_CONFIG_HOME/gpupool/config.toml`` (``~/.config`` default)."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or "~/.config"
-    return Path(base).expanduser() / "gpupool" / "config.toml"
+    from pathlib import Path
+
+    return Path(_config_text(os.environ if env is None else env))
 
 
-def read_config(path: Path) -> dict[str, str]:
+def read_config(path: Path | str) -> dict[str, str]:
     """The ``key = "value"`` lines of the config file; ``{}`` when it does not exist."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -87,19 +108,49 @@ def write_config(path: Path, server: str, token: str) -> None:
     os.replace(tmp, path)
 
 
-@dataclass(frozen=True)
 class Resolved:
-    """A server URL and token with where each came from (``flag``, ``env``, ``config``, ...)."""
+    """A server URL and token with where each came from (``flag``, ``env``, ``config``, ...).
 
+    Immutable and compared by value; a plain class, not a dataclass, because every hot CLI
+    verb builds one and importing :mod:`dataclasses` costs it more than its request."""
+
+    __slots__ = ("server", "server_source", "token", "token_source")
     server: str
     token: str | None
     server_source: str
     token_source: str | None
 
+    def __init__(
+        self, server: str, token: str | None, server_source: str, token_source: str | None
+    ) -> None:
+        for name, value in zip(
+            self.__slots__, (server, server_source, token, token_source), strict=True
+        ):
+            object.__setattr__(self, name, value)
 
-def _read_first_line(path: Path) -> str | None:
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Resolved is immutable: cannot set {name}")
+
+    def _fields(self) -> tuple[str, str | None, str, str | None]:
+        return (self.server, self.token, self.server_source, self.token_source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Resolved) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Resolved(server={self.server!r}, token={'***' if self.token else None}, "
+            f"server_source={self.server_source!r}, token_source={self.token_source!r})"
+        )
+
+
+def _read_first_line(path: str) -> str | None:
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read().strip()
     except OSError:
         return None
     return text.splitlines()[0].strip() if text else None
@@ -112,14 +163,15 @@ def resolve(
 ) -> Resolved:
     """Find the server and token (see the module docstring for the order)."""
     env = os.environ if env is None else env
-    cfg_file = config_path(env)
+    cfg_file = _config_text(env)
     cfg = read_config(cfg_file)
-    home = gpupool_home(env)
+    home = _home_text(env)
+    server_url, admin_token = os.path.join(home, "server-url"), os.path.join(home, "admin-token")
     candidates_server = (
         (server, "flag"),
         (env.get("GPUPOOL_SERVER"), "env GPUPOOL_SERVER"),
         (cfg.get("server"), f"config {cfg_file}"),
-        (_read_first_line(home / "server-url"), f"standalone {home / 'server-url'}"),
+        (_read_first_line(server_url), f"standalone {server_url}"),
         (DEFAULT_SERVER, "default"),
     )
     url, url_source = next((v, s) for v, s in candidates_server if v)
@@ -127,7 +179,7 @@ def resolve(
         (token, "flag"),
         (env.get("GPUPOOL_TOKEN"), "env GPUPOOL_TOKEN"),
         (cfg.get("token"), f"config {cfg_file}"),
-        (_read_first_line(home / "admin-token"), f"standalone {home / 'admin-token'}"),
+        (_read_first_line(admin_token), f"standalone {admin_token}"),
     )
     found = next(((v, s) for v, s in candidates_token if v), (None, None))
     if not re.match(r"^https?://", url):

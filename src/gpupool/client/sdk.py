@@ -39,6 +39,7 @@ from gpupool.client.errors import (
     WaitTimeout,
 )
 from gpupool.client.logs import LOG_SETTLE_S, LineSplitter, LogPage, LogPiece
+from gpupool.client.merge import merge_spec
 from gpupool.client.pack import DEFAULT_LIMIT_BYTES, pack_folder
 from gpupool.client.results import unpack_results
 from gpupool.client.telemetry import ClusterTelemetry, parse_metrics
@@ -66,6 +67,7 @@ from gpupool.schemas.jobs import (
     UploadView,
 )
 from gpupool.schemas.nodes import ClusterEventView, DeviceView, NodeView, UsageReport
+from gpupool.schemas.priority import PriorityList
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -104,17 +106,6 @@ OPTION_PATHS: dict[str, str] = {
     "container_env": "container.env",
     "container_engine": "container.engine",
 }
-
-
-def merge_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` laid over it, nested mappings merged key by key."""
-    out: dict[str, Any] = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_spec(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def options_to_spec(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -445,6 +436,13 @@ class Client:
         """Put a job that ended without finishing (failed, preempted, node or boot failure)
         back in the queue; :class:`~gpupool.client.errors.ApiError` (409) for any other state."""
         return read_answer(JobView, self.request("POST", f"/v1/jobs/{job_id}/requeue").json())
+
+    def priorities(
+        self, *, tenant: str | None = None, user: str | None = None, pool: str | None = None
+    ) -> PriorityList:
+        """Every pending job's priority factors as the scheduler last ranked them, highest
+        first (``GET /v1/priorities``; like Slurm's ``sprio``)."""
+        return self._get(PriorityList, "/v1/priorities", tenant=tenant, user=user, pool=pool)
 
     def events(self, job_id: str) -> builtins.list[JobEventView]:
         return self._get_list(JobEventView, f"/v1/jobs/{job_id}/events")

@@ -18,7 +18,6 @@ with a huge number still lists and cancels.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from gpupool.domain.errors import InvalidValue
 
@@ -29,18 +28,48 @@ _MIB_PER_TIB = 1024 * 1024  # as in gpupool.domain.units, which imports this mod
 DAY_S = 86400.0
 
 
-@dataclass(frozen=True)
 class Bound:
     """The accepted range of one quantity: ``low <= value <= high``, both in ``unit``.
 
-    ``shown_high`` is the limit as people write it (``1TiB``, not 1048576)."""
+    ``shown_high`` is the limit as people write it (``1TiB``, not 1048576). Immutable; a plain
+    class rather than a frozen dataclass because every CLI command imports this module and
+    importing :mod:`dataclasses` costs ``gpupool queue`` more than its request (issue 27)."""
 
+    __slots__ = ("high", "hint", "low", "shown_high", "unit", "what")
     what: str
     low: float
     high: float
     unit: str
     shown_high: str
     hint: str
+
+    def __init__(  # noqa: PLR0917 - the bound's parts, as the dataclass took them
+        self, what: str, low: float, high: float, unit: str, shown_high: str, hint: str
+    ) -> None:
+        for name, value in (
+            ("what", what),
+            ("low", low),
+            ("high", high),
+            ("unit", unit),
+            ("shown_high", shown_high),
+            ("hint", hint),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Bound is immutable: cannot set {name}")
+
+    def _fields(self) -> tuple[str, float, float, str, str, str]:
+        return (self.what, self.low, self.high, self.unit, self.shown_high, self.hint)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bound) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Bound({self.what!r}, {self.low!r}, {self.high!r}, {self.unit!r})"
 
     def check(self, value: float, *, field: str | None = None) -> float:
         """``value`` when it is finite and within the bound; else :class:`InvalidValue`."""

@@ -6,8 +6,6 @@ for example ``gpu memory "10 gigs" is not a memory size: use 10GiB or 10240MiB``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 
 class GpupoolError(Exception):
     """Base class of every error gpupool raises on purpose."""
@@ -26,18 +24,47 @@ class InvalidValue(GpupoolError, ValueError):
         self.message = message
 
 
-@dataclass(frozen=True)
 class Problem:
     """One problem found in a job file or option set.
 
     ``line`` is the 1-based line in ``source`` or ``None`` when the input had no lines
-    (CLI options, an API request).
+    (CLI options, an API request). Immutable and compared by value, like the domain's frozen
+    dataclasses, but written out: every CLI command imports this module, and importing
+    :mod:`dataclasses` (and :mod:`inspect` with it) costs a ``gpupool queue`` more than its
+    request (issue 27).
     """
 
+    __slots__ = ("key", "line", "message", "source")
     key: str
     message: str
-    line: int | None = None
-    source: str | None = None
+    line: int | None
+    source: str | None
+
+    def __init__(
+        self, key: str, message: str, line: int | None = None, source: str | None = None
+    ) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "line", line)
+        object.__setattr__(self, "source", source)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Problem is immutable: cannot set {name}")
+
+    def _fields(self) -> tuple[str, str, int | None, str | None]:
+        return (self.key, self.message, self.line, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Problem) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem(key={self.key!r}, message={self.message!r}, line={self.line!r}, "
+            f"source={self.source!r})"
+        )
 
     def __str__(self) -> str:
         where = ""

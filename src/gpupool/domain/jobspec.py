@@ -42,13 +42,9 @@ The job file format (every key but ``name`` and ``command``/``script`` is option
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
-
-import yaml
 
 from gpupool.domain.bounds import (
     CPU_MILLI,
@@ -86,6 +82,12 @@ from gpupool.domain.units import (
     parse_gpus,
     parse_memory,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # neither is imported by a plain submit (the CLI's hot path)
+    from typing import Any
+
+    import yaml
 
 #: Key paths a job file may contain; ``*`` marks a mapping whose keys are free (env names).
 KNOWN_KEYS: tuple[str, ...] = (
@@ -158,6 +160,8 @@ class _Collector:
 def _suggest(key: str) -> str:
     leaf = key.rsplit(".", 1)[-1]
     candidates = [k for k in KNOWN_KEYS if not k.endswith("*")]
+    import difflib  # only for a key that is wrong (it costs every submit 7 ms)
+
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     close = close or [k for k in candidates if k.rsplit(".", 1)[-1] == leaf]
     close = close or difflib.get_close_matches(
@@ -600,6 +604,8 @@ class _DuplicateKey(Exception):
 
 
 def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
+    import yaml  # loaded by parse_job_yaml already
+
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -617,6 +623,8 @@ def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: str, lines: dict[
 
 def parse_job_yaml(text: str, source: str = "<job file>") -> JobSpec:
     """Parse a job file's text; problems name ``source`` and the line."""
+    import yaml  # only for a job file: ``gpupool submit -g 1 -- cmd`` has none (30 ms)
+
     lines: dict[str, int] = {}
     loader = yaml.SafeLoader(text)
     try:

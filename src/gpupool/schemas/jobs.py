@@ -68,6 +68,11 @@ class UpdateJobRequest(WireModel):
     time_limit: str | float | None = None
     expected_duration: str | float | None = None
     preemptible: bool | None = None
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        description="new resources as in a job file (gpus, gpu_memory, gpu_types, cpus, "
+        "memory), laid over the job's own; checked as a submit is",
+    )
 
     def changes(self) -> dict[str, Any]:
         """The keys given, known or not (job-file keys), without those set to null."""

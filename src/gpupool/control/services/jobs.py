@@ -525,12 +525,24 @@ class JobService:
         with self.cp.tx() as s:
             row = self._load_for_change(s, actor.principal, job_id)
             if JobState(row.state) is not JobState.PENDING:
+                resize = (
+                    f"; to change a running job's GPU slice in place (isolation shim): gpupool "
+                    f"resize {job_id} -g GPUS --gpu-mem SIZE"
+                    if "resources" in changes and JobState(row.state) is JobState.RUNNING
+                    else ""
+                )
                 raise Conflict(
                     f"job {job_id} is {row.state}: only pending jobs can be updated; "
-                    "cancel it and submit it again"
+                    f"cancel it and submit it again{resize}"
                 )
             job = job_from_row(row)
             spec = updated_spec(job.spec, changes)
+            if spec.resources != job.spec.resources:  # checked as a submit is checked
+                refusal = envelopes(self.cp).get(s, spec.pool).refusal(spec) or quota_refusal(
+                    s, row.tenant, spec, {}
+                )
+                if refusal is not None:
+                    raise Invalid(refusal)
             priority = job.priority
             if spec.priority_class != job.spec.priority_class:
                 wanted = spec.priority_class
