@@ -30,6 +30,7 @@ CONTAINERFILE = REPO_ROOT / "deploy" / "kubernetes" / "Containerfile"
 IGNOREFILE = REPO_ROOT / "deploy" / "kubernetes" / "Containerfile.containerignore"
 BASE_SCRIPT = REPO_ROOT / "scripts" / "k8s-image-base.sh"
 IMAGE = "localhost/gpupool-test:image"
+HOST_CA = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
 
 #: debootstrap (first time), apt-get and pip inside the build on a shared 2-core machine.
 pytestmark = pytest.mark.timeout(3600)
@@ -48,14 +49,19 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]
     for tool in ("podman", "runc"):
         if shutil.which(tool) is None:
             _unavailable(f"{tool} is not installed (.ci/services.sh installs it)")
+    if not HOST_CA.is_file():
+        _unavailable(f"no CA bundle at {HOST_CA} for pip in the build (set PIP_CERT)")
     conf = tmp_path_factory.mktemp("image") / "containers.conf"
     conf.write_text(CONTAINERS_CONF)
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     base = _run(["bash", str(BASE_SCRIPT)], env, 1800)
     if base.returncode != 0:
         _unavailable(f"no base image: {base.stderr.strip()[-800:]}")
+    # This machine's TLS proxy re-signs PyPI's certificate: pip in the build trusts what the
+    # host trusts (the Containerfile's PIP_CERT argument; harmless where there is no proxy).
     build = _run(
         ["podman", "build", "--network=host", "--ignorefile", str(IGNOREFILE),
+         "--volume", f"{HOST_CA}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt",
          "--build-arg", f"BASE={base.stdout.strip()}", "-f", str(CONTAINERFILE),
          "-t", IMAGE, str(REPO_ROOT)],
         env, 2400,
