@@ -94,12 +94,27 @@ def _pod(i: int, namespace: str) -> dict[str, object]:
     }
 
 
-def component_args(qps: int) -> dict[str, list[str]]:
-    """The controller manager's and scheduler's client QPS and burst (none: their defaults)."""
-    if qps <= 0:
-        return {}
-    flags = [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
-    return {"kube-controller-manager": list(flags), "kube-scheduler": list(flags)}
+def component_args(qps: int, score_pct: int, folder: Path) -> dict[str, list[str]]:
+    """The controller manager's and scheduler's client QPS and burst (``qps`` 0: their
+    defaults) and, with ``score_pct``, the scheduler's ``percentageOfNodesToScore`` (a
+    configuration file then, which carries the scheduler's client settings too)."""
+    flags = [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"] if qps > 0 else []
+    args = {"kube-controller-manager": list(flags), "kube-scheduler": list(flags)}
+    if score_pct > 0:
+        client: dict[str, object] = {"kubeconfig": str(folder / "kube-scheduler.kubeconfig")}
+        if qps > 0:
+            client |= {"qps": qps, "burst": 2 * qps}
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": client,
+            "leaderElection": {"leaderElect": False},
+            "percentageOfNodesToScore": score_pct,
+        }
+        path = folder / "kube-scheduler.config.json"
+        path.write_text(json.dumps(config))
+        args["kube-scheduler"] = [f"--config={path}"]
+    return args
 
 
 class BindWatch:
@@ -199,6 +214,7 @@ def measure(args: argparse.Namespace, plane: ControlPlane) -> dict[str, Any]:
         "pods": args.pods,
         "share": f"{args.compute} compute, {args.memory}",
         "component_qps": args.component_qps or "defaults",
+        "nodes_to_score_pct": args.nodes_to_score_pct or "adaptive",
     }
     client.apply(device_class(), field_manager="bench")
     names = [f"bench-{i:04d}" for i in range(args.nodes)]
@@ -273,6 +289,11 @@ def main() -> int:
         "--component-qps", type=int, default=500,
         help="client QPS of the controller manager and scheduler (burst twice); 0: defaults",
     )  # fmt: skip
+    p.add_argument(
+        "--nodes-to-score-pct", type=int, default=0,
+        help="the scheduler's percentageOfNodesToScore; 0: its adaptive default (42 %% of "
+        "1,000 nodes, at least 100 nodes)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=900, help="seconds to wait for bindings")
     p.add_argument("--keep", action="store_true", help="keep the control plane's folder")
     p.add_argument("--json", action="store_true")
@@ -283,7 +304,8 @@ def main() -> int:
         return 1
     folder = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
     load_before = os.getloadavg()[0]
-    plane = ControlPlane(bins, folder, extra_args=component_args(args.component_qps))
+    extra = component_args(args.component_qps, args.nodes_to_score_pct, folder)
+    plane = ControlPlane(bins, folder, extra_args=extra)
     try:
         t0 = time.monotonic()
         plane.start()
