@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -302,6 +303,8 @@ def main() -> int:
     if not isinstance(bins, Path):
         print(f"error: {bins}", file=sys.stderr)
         return 1
+    # A SIGTERM (``timeout``) stops the control plane too: its processes have sessions of their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     folder = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
     load_before = os.getloadavg()[0]
     extra = component_args(args.component_qps, args.nodes_to_score_pct, folder)
