@@ -134,11 +134,14 @@ class ControlPlane:
             failsafe_s=START_FAILSAFE_S,
         )  # fmt: skip
 
-    def start(self) -> None:
+    def start(self, *, scheduler: bool = True) -> None:
+        """Every component; ``scheduler=False`` leaves the kube-scheduler for
+        :meth:`start_scheduler` (the scale benchmark lets a backlog of pods build up first)."""
         self._start_etcd()
         self._start_apiserver()
         self._start_controller_manager()
-        self._start_scheduler()
+        if scheduler:
+            self.start_scheduler()
         self._start_kwok()
 
     def _start_etcd(self) -> None:
@@ -213,7 +216,7 @@ class ControlPlane:
             lambda: self.client.get("/api/v1/namespaces/default/serviceaccounts/default"),
         )
 
-    def _start_scheduler(self) -> None:
+    def start_scheduler(self) -> None:
         config = self._component_kubeconfig("kube-scheduler")
         self._spawn("kube-scheduler", [
             str(self.bins / "kube-scheduler"),
