@@ -12,6 +12,7 @@ ResourceClaimTemplates and ResourceClaims alike, saying how to write it; nothing
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -58,8 +59,21 @@ def _refusal(client: KubeClient, path: str, body: dict[str, Any]) -> KubeError |
     return None
 
 
-def _apply_policy(client: KubeClient) -> None:
-    for doc in yaml.safe_load_all(POLICY.read_text()):
+@pytest.fixture
+def policy(control_plane: ControlPlane) -> Iterator[None]:
+    """The base's compute policy in force for one test, withdrawn after it (it is cluster-wide:
+    other tests of the session apply the base themselves when they want it)."""
+    client = control_plane.client
+    docs = list(yaml.safe_load_all(POLICY.read_text()))
+    _apply_policy(client, docs)
+    yield
+    for doc in reversed(docs):
+        resource = client.resource(doc["apiVersion"], doc["kind"])
+        client.delete(resource.path(None, doc["metadata"]["name"]))
+
+
+def _apply_policy(client: KubeClient, docs: list[dict[str, Any]]) -> None:
+    for doc in docs:
         client.apply(doc, field_manager="gpupool-tests")
     # The API server type-checks the policy's CEL against ResourceClaim(Template)s: no warnings.
     path = client.path_for("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy")
@@ -73,11 +87,11 @@ def _apply_policy(client: KubeClient) -> None:
     assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
 
 
+@pytest.mark.usefixtures("policy")
 def test_compute_in_fractions_of_a_gpu_is_refused_with_how_to_write_it(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     client = control_plane.client
-    _apply_policy(client)
     templates = TEMPLATES.format(namespace)
 
     # The policy takes effect once the API server has loaded it (an informer): wait on that,
@@ -115,11 +129,11 @@ def test_compute_in_fractions_of_a_gpu_is_refused_with_how_to_write_it(
     assert _refusal(client, templates, other) is None
 
 
+@pytest.mark.usefixtures("policy")
 def test_quarter_gpus_spelled_in_milli_gpu_are_charged_exactly_by_the_kube_scheduler(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     client = control_plane.client
-    _apply_policy(client)
     client.apply(device_class(), field_manager="gpupool-tests")
     node = f"kwok-{uuid.uuid4().hex[:8]}"
     control_plane.add_kwok_node(node)
