@@ -76,6 +76,7 @@ install_containers() {
     # podman runs the container tests as root with runc and cgroupfs (crun refuses this kind of
     # machine's hybrid cgroups); busybox-static is the root file system of the test images.
     apt_install podman runc busybox-static uidmap
+    apt_install debootstrap  # the gpupool image's Debian base without a registry (scripts/k8s-image-base.sh)
 }
 
 start_postgres

@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,14 @@ def free_port() -> int:
 class ControlPlane:
     """The processes and the admin client of one test cluster."""
 
-    def __init__(self, bins: Path, folder: Path) -> None:
+    def __init__(
+        self, bins: Path, folder: Path, *, extra_args: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        """``extra_args``: more flags per component (``"kube-scheduler": [...]``), appended to
+        its command line (the scale benchmark raises the components' API QPS with them)."""
         self.bins = bins
         self.folder = folder
+        self.extra_args = dict(extra_args or {})
         self.logs = folder / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -104,8 +109,8 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = (self.logs / f"{name}.log").open("ab")
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=self.folder,
+            [*argv, *self.extra_args.get(name, ())], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder,
         )  # fmt: skip
         log.close()
         self.procs[name] = proc
@@ -129,11 +134,14 @@ class ControlPlane:
             failsafe_s=START_FAILSAFE_S,
         )  # fmt: skip
 
-    def start(self) -> None:
+    def start(self, *, scheduler: bool = True) -> None:
+        """Every component; ``scheduler=False`` leaves the kube-scheduler for
+        :meth:`start_scheduler` (the scale benchmark lets a backlog of pods build up first)."""
         self._start_etcd()
         self._start_apiserver()
         self._start_controller_manager()
-        self._start_scheduler()
+        if scheduler:
+            self.start_scheduler()
         self._start_kwok()
 
     def _start_etcd(self) -> None:
@@ -208,7 +216,7 @@ class ControlPlane:
             lambda: self.client.get("/api/v1/namespaces/default/serviceaccounts/default"),
         )
 
-    def _start_scheduler(self) -> None:
+    def start_scheduler(self) -> None:
         config = self._component_kubeconfig("kube-scheduler")
         self._spawn("kube-scheduler", [
             str(self.bins / "kube-scheduler"),

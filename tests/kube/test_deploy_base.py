@@ -80,6 +80,7 @@ def test_the_base_is_accepted_and_its_pods_run_on_kwok_nodes(
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
          "PersistentVolumeClaim", "Deployment", "Service", "DaemonSet"]
     )  # fmt: skip
     for obj in objects:

@@ -14,7 +14,14 @@ skipped when the API server cannot be reached:
 - ``k8s-plugin``: on a node (``$NODE_NAME``, else the host name): the kubelet plugin's
   registration socket answers with gpupool's driver and the node's ResourceSlice is published;
 - ``cdi``: a CDI spec folder exists on this machine (``/etc/cdi`` or ``/var/run/cdi``), which
-  the container runtime reads the plugin's specs from.
+  the container runtime reads the plugin's specs from;
+- ``cdi-runtime``: the node's containerd or CRI-O has CDI on and reads ``/var/run/cdi``
+  (:mod:`gpupool.kube.noderuntime`);
+- ``nvidia-runtime``: NVIDIA's Container Toolkit as found (not needed by gpupool's claims), and
+  a warning when its runtime would hand every GPU to a container outside any claim.
+
+The last three read the node's files under ``GPUPOOL_HOST_ROOT`` (default ``/``; in a pod, the
+node's root mounted there) and need no API server.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.domain.errors import GpupoolError
+from gpupool.kube import noderuntime
 from gpupool.kube.client import KubeClient, KubeConfig, KubeError
 from gpupool.kube.slices import DEVICE_CLASS, DRIVER, RESOURCE_API, slice_name
 
@@ -47,6 +55,8 @@ class KubeCheck:
 class KubeContext:
     client: KubeClient | None = None
     node: str = field(default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname())
+    #: The node's root file system as this process sees it (``/``, or ``/host`` in a pod).
+    host_root: Path = field(default_factory=lambda: Path(os.environ.get("GPUPOOL_HOST_ROOT", "/")))
 
 
 def check_api(ctx: KubeContext) -> KubeCheck:
@@ -166,7 +176,7 @@ def check_plugin(ctx: KubeContext) -> KubeCheck:
 
 
 def check_cdi(ctx: KubeContext) -> KubeCheck:
-    present = [d for d in CDI_DIRS if d.is_dir()]
+    present = [d for d in CDI_DIRS if (ctx.host_root / d.relative_to("/")).is_dir()]
     if not present:
         return KubeCheck(
             "cdi", "FAIL", "no CDI spec folder (/etc/cdi, /var/run/cdi) on this machine",
@@ -177,7 +187,17 @@ def check_cdi(ctx: KubeContext) -> KubeCheck:
     return KubeCheck("cdi", "PASS", "CDI spec folder " + ", ".join(str(d) for d in present))
 
 
-#: Every check in order; those after ``k8s-api`` need the API server.
+def check_cdi_runtime(ctx: KubeContext) -> KubeCheck:
+    found = noderuntime.cdi_runtime(ctx.host_root)
+    return KubeCheck("cdi-runtime", found.status, found.detail, found.fix)
+
+
+def check_nvidia_runtime(ctx: KubeContext) -> KubeCheck:
+    found = noderuntime.nvidia_toolkit(ctx.host_root)
+    return KubeCheck("nvidia-runtime", found.status, found.detail, found.fix)
+
+
+#: Every check in order; those in ``NEEDS_API`` need the API server.
 KUBE_CHECKS: dict[str, Callable[[KubeContext], KubeCheck]] = {
     "k8s-api": check_api,
     "k8s-dra": check_dra,
@@ -185,6 +205,8 @@ KUBE_CHECKS: dict[str, Callable[[KubeContext], KubeCheck]] = {
     "k8s-class": check_class,
     "k8s-plugin": check_plugin,
     "cdi": check_cdi,
+    "cdi-runtime": check_cdi_runtime,
+    "nvidia-runtime": check_nvidia_runtime,
 }
 NEEDS_API = ("k8s-dra", "k8s-capacity", "k8s-class", "k8s-plugin")
 
