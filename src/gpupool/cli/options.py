@@ -185,7 +185,9 @@ SUBMIT: tuple[Param, ...] = (
     Opt("error", ("--error",), "also write stderr to this file on the node (default: -o)"),
     Opt("time_min", ("--time-min",), "backfill may start it with a time limit this short"),
     Opt("constraint", ("-C", "--constraint"), 'node features: "ib&a100x8", "a100|h100"'),
-    Opt("mail_type", ("--mail-type",), "notify when: BEGIN, END, FAIL, REQUEUE, ALL (joined by ',')"),
+    Opt(
+        "mail_type", ("--mail-type",), "notify when: BEGIN, END, FAIL, REQUEUE, ALL (joined by ',')"
+    ),
     Opt("mail_user", ("--mail-user",), "notify whom: an e-mail address or an https:// webhook"),
     Opt("pty", ("--pty",), "run only: the job gets your terminal (srun --pty)", kind=bool),
     Opt("parsable", ("--parsable",), "print only the job id", kind=bool),

@@ -28,11 +28,11 @@ from gpupool.kube.podnodes import PodNodes
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpupool.kube bridge", description=__doc__)
     p.add_argument("--server", default=os.environ.get("GPUPOOL_SERVER"), help="gpupool's URL")
-    p.add_argument("--token-file", type=Path, required=True, help="an admin's gpupool token")
+    p.add_argument("--token-file", type=Path, required=True, help="a token of an admin of gpupool")
     p.add_argument("--agent-token-file", type=Path, required=True,
-                   help="a gpupool token of a user with role agent")  # fmt: skip
+                   help="a token of a gpupool user with role agent")  # fmt: skip
     p.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG or the pod's account")
-    p.add_argument("--pool", default=DEFAULT_POOL, help="the gpupool pool of the nodes")
+    p.add_argument("--pool", default=DEFAULT_POOL, help="the pool (in gpupool) the nodes join")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between cycles")
     return p
 

@@ -1,4 +1,4 @@
-"""Pods as gpupool jobs, and gpupool's decisions as Kubernetes objects (pure).
+"""Pods as jobs of gpupool, and gpupool's decisions as Kubernetes objects (pure).
 
 The bridge (:mod:`gpupool.kube.bridge`) hands pods with ``schedulerName: gpupool`` to gpupool's
 own scheduler. This module holds the two translations it needs, with no I/O:
