@@ -1,0 +1,110 @@
+"""Replicas that share the load (issue 26), along the user's path: two real ``gpupool server``
+processes on one PostgreSQL database and a real ``gpupool agent``.
+
+- An agent that long-polls the standby hears of its start order as soon as the leader commits
+  it (a PostgreSQL notice from the leader wakes the standby's poll), not at its next heartbeat;
+  and a job submitted through the standby is scheduled at once (the standby wakes the leader's
+  loop). Heartbeats here come every 60 s, so a start that waited for one would take about a
+  minute; the test allows 40 s (a loaded machine takes a few seconds; the benchmark figures
+  are in docs/benchmarks.md).
+- An agent given both servers' URLs keeps its job running, its node up, while the server it
+  used is frozen (SIGSTOP) and then while the other one is killed: it moves to the replica that
+  answers. Whichever of the two it started on, one of the phases takes its server away.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.api.server_proc import ServerProcess
+from tests.e2e.pool import wait_for
+from tests.fleet.replicas import Replicas, leads
+from tests.store.fixtures import pg_database
+
+__all__ = ["pg_database"]
+
+LEASE_S = 3.0
+SLOW_BEATS = ("--leader-lease", str(LEASE_S), "--heartbeat", "60", "--node-timeout", "240")
+#: The agent's requests time out after 10 s and its fence trips at half the node timeout:
+#: 30 s leaves it room to move to the other replica first.
+NODE_TIMEOUT_S = 30.0
+FAILOVER = ("--leader-lease", str(LEASE_S), "--heartbeat", "1", "--node-timeout", "30")
+
+
+@pytest.fixture
+def slow_beats(tmp_path: Path, pg_database: str) -> Iterator[Replicas]:
+    pair = Replicas(tmp_path, pg_database, SLOW_BEATS)
+    try:
+        pair.start_servers()
+        pair.start_agent(pair.b)  # the agent knows only the standby
+        yield pair
+    finally:
+        pair.close()
+
+
+@pytest.fixture
+def failover(tmp_path: Path, pg_database: str) -> Iterator[Replicas]:
+    pair = Replicas(tmp_path, pg_database, FAILOVER)
+    try:
+        pair.start_servers()
+        pair.start_agent(pair.a, pair.b)
+        yield pair
+    finally:
+        pair.close()
+
+
+def test_an_agent_polling_the_standby_gets_its_start_order_at_once(slow_beats: Replicas) -> None:
+    pair = slow_beats
+    assert leads(pair.a) == "yes"
+    assert leads(pair.b) == "no"
+    # submitted through the leader, which commits the start; the agent waits on the standby
+    through_leader = pair.time_to_running(pair.a, "via-leader", 40)
+    # submitted through the standby, which must wake the leader's idle loop
+    through_standby = pair.time_to_running(pair.b, "via-standby", 40)
+    print(
+        f"submit -> RUNNING: via the leader {through_leader:.2f}s, standby {through_standby:.2f}s"
+    )
+    assert leads(pair.a) == "yes", "the leader changed: the test did not measure the standby"
+
+
+def _stays_up(pair: Replicas, job: str, seconds: float, judge: ServerProcess) -> None:
+    """For ``seconds``, the node stays up and the job RUNNING, as ``judge`` (the server that
+    leads) sees them."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert pair.node_state(judge) in ("up", None), "node n1 was marked down"
+        assert pair.state(judge, job) in ("RUNNING", None)
+        time.sleep(1.0)
+
+
+def test_an_agent_given_two_servers_keeps_running_when_one_stops(failover: Replicas) -> None:
+    pair = failover
+    assert pair.a.proc is not None
+    assert pair.b.proc is not None
+    job = pair.submit(pair.a, "keeps-running")
+    wait_for(lambda: pair.state(pair.a, job) == "RUNNING", 90, "the job to run")
+
+    # 1. the leader frozen: b takes over; the agent, if it used a, moves to b
+    pair.a.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: leads(pair.b) == "yes", 60, "b to take over")
+        _stays_up(pair, job, NODE_TIMEOUT_S + 5, pair.b)
+        assert pair.node_state(pair.b) == "up"
+        assert pair.state(pair.b, job) == "RUNNING"
+    finally:
+        pair.a.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: leads(pair.a) == "no", 60, "the resumed server to step down")
+
+    # 2. the new leader killed: a takes over; the agent, if it used b, moves to a
+    pair.b.kill()
+    wait_for(lambda: leads(pair.a) == "yes", 60, "a to take over")
+    _stays_up(pair, job, NODE_TIMEOUT_S + 5, pair.a)
+    assert pair.node_state(pair.a) == "up"
+    assert pair.state(pair.a, job) == "RUNNING"
+    # one assignment, never stopped: the job was not failed over
+    assert pair.assignments() == [(job, None)]
