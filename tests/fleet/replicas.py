@@ -47,6 +47,7 @@ class Replicas:
         self.state_dir = root / "agent"
         self.http = httpx.Client(timeout=20)
         self.names: list[str] = []
+        self.jobs: dict[str, str] = {}  # name -> job id
         self.token_file = root / "agent-token"
 
     def start_servers(self) -> None:
@@ -57,6 +58,7 @@ class Replicas:
         self.post(self.a, "/v1/users", {"name": "fleet-agent", "role": "agent"})
         secret = self.post(self.a, "/v1/tokens", {"user": "fleet-agent", "name": "t"})["secret"]
         self.token_file.write_text(secret)
+        self.token_file.chmod(0o600)
 
     def start_agent(self, *servers: ServerProcess) -> None:
         flags = [arg for server in servers for arg in ("--server", server.url)]
@@ -71,7 +73,13 @@ class Replicas:
             stderr=log,
             start_new_session=True,
         )
-        wait_for(lambda: self.node_state(self.a) == "up", 90, "agent n1 up")
+        wait_for(self._agent_up, 90, "agent n1 up")
+
+    def _agent_up(self) -> bool:
+        if self.agent is not None and self.agent.poll() is not None:
+            log = (self.root / "agent.log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"the agent exited ({self.agent.returncode}): {log}")
+        return self.node_state(self.a) == "up"
 
     def node_state(self, server: ServerProcess) -> str | None:
         try:
@@ -93,7 +101,9 @@ class Replicas:
             "command": [sys.executable, "-c", HOLD, go],
             "resources": {"gpus": "1"},
         }
-        return str(self.post(server, "/v1/jobs", {"spec": spec})["job"]["id"])
+        job = str(self.post(server, "/v1/jobs", {"spec": spec})["job"]["id"])
+        self.jobs[name] = job
+        return job
 
     def state(self, server: ServerProcess, job_id: str) -> str | None:
         try:
@@ -106,8 +116,20 @@ class Replicas:
         """Submit ``name`` through ``server``; seconds until it is RUNNING (as seen there)."""
         t0 = time.monotonic()
         job = self.submit(server, name)
-        wait_for(lambda: self.state(server, job) == "RUNNING", timeout_s, f"{name} to run")
+        wait_for(lambda: self._running(server, job), timeout_s, f"{name} to run")
         return time.monotonic() - t0
+
+    def finish(self, server: ServerProcess, name: str) -> None:
+        """Let the job ``name`` (submitted by :meth:`submit`) end, and wait until it has."""
+        job = self.jobs[name]
+        (self.root / f"{name}.go").touch()
+        wait_for(lambda: self.state(server, job) == "COMPLETED", 120, f"{name} to complete")
+
+    def _running(self, server: ServerProcess, job: str) -> bool:
+        state = self.state(server, job)
+        if state in ("FAILED", "NODE_FAIL", "CANCELLED", "COMPLETED"):
+            raise AssertionError(f"job {job} ended {state} instead of running")
+        return state == "RUNNING"
 
     def assignments(self) -> list[tuple[str, str | None]]:
         """(job id, stop reason) of every assignment in the store."""
