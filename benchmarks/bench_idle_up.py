@@ -14,6 +14,7 @@ and the load average. The issue's target: under 0.1 CPU-s a minute.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -26,6 +27,9 @@ from pathlib import Path
 import httpx
 
 TICK = os.sysconf("SC_CLK_TCK")
+# Jobs run as the daemon's account (as in the tests, tests/conftest.py): the temporary home is
+# private, so jobs run as other accounts could not reach their folders.
+os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
 
 
 def tree_cpu(pid: int) -> float:
@@ -108,7 +112,8 @@ def main() -> None:
             rss = rss_mib(proc.pid)
             running = httpx.get(f"{url}/v1/jobs?state=RUNNING", headers=headers, timeout=30)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

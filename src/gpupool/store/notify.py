@@ -31,8 +31,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -121,10 +121,13 @@ class Listener:
         self._thread = None
 
     def _run(self) -> None:
+        # imported here: a SQLite server (gpupool up) never loads the driver (its memory)
+        import psycopg
+
         delay = 0.5
         while not self._stop.is_set():
             try:
-                self._listen()
+                self._listen(psycopg)
                 delay = 0.5
             except psycopg.Error as exc:
                 self.listening.clear()
@@ -137,7 +140,7 @@ class Listener:
                 self._stop.wait(delay)
                 delay = min(RECONNECT_CAP_S, delay * 2)
 
-    def _listen(self) -> None:
+    def _listen(self, psycopg: Any) -> None:
         with psycopg.connect(
             self._conninfo, autocommit=True, connect_timeout=3, keepalives=1, keepalives_idle=30
         ) as conn:
