@@ -171,10 +171,12 @@ class Server:
 
 
 async def submit_jobs(
-    server: Server, count: int, start: float, spread_s: float, submitted: dict[str, float]
+    servers: list[Server], count: int, start: float, spread_s: float, submitted: dict[str, float]
 ) -> None:
-    """Submit ``count`` jobs of the mix, evenly over ``spread_s`` seconds from ``start``."""
-    conn = Connection("127.0.0.1", server.port, {"Authorization": f"Bearer {server.admin}"})
+    """Submit ``count`` jobs of the mix, evenly over ``spread_s`` seconds from ``start``, in
+    turn through each server (a job whose server does not answer in 10 s goes to the next)."""
+    headers = {"Authorization": f"Bearer {servers[0].admin}"}
+    conns = [Connection("127.0.0.1", s.port, headers) for s in servers]
     for i in range(count):
         await asyncio.sleep(max(0.0, start + spread_s * i / max(count, 1) - time.monotonic()))
         gpus, seconds = JOB_MIX[i % len(JOB_MIX)]
@@ -183,16 +185,20 @@ async def submit_jobs(
             "command": ["sleep", f"{seconds:g}"],
             "resources": {"gpus": gpus},
         }
-        try:
-            status, body = await asyncio.wait_for(
-                conn.request("POST", "/v1/jobs", {"spec": spec}), 30
-            )
-        except (TimeoutError, OSError, asyncio.IncompleteReadError):
-            conn.close()
-            continue
-        if status < 300:
-            submitted[json.loads(body)["job"]["id"]] = time.monotonic()
-    conn.close()
+        for k in range(len(conns)):
+            conn = conns[(i + k) % len(conns)]
+            try:
+                status, body = await asyncio.wait_for(
+                    conn.request("POST", "/v1/jobs", {"spec": spec}), 10
+                )
+            except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                conn.close()
+                continue
+            if status < 300:
+                submitted[json.loads(body)["job"]["id"]] = time.monotonic()
+                break
+    for conn in conns:
+        conn.close()
 
 
 def leads(server: Server) -> bool:
@@ -209,11 +215,12 @@ async def freeze_leader(
     """SIGSTOP the server that leads at monotonic ``at`` for ``seconds``, then SIGCONT it;
     notes in ``log`` which one it was and whether another took over meanwhile."""
     await asyncio.sleep(max(0.0, at - time.monotonic()))
-    leader = next((i for i, s in enumerate(servers) if await asyncio.to_thread(leads, s)), None)
-    if leader is None:
+    leading = [s for s in servers if await asyncio.to_thread(leads, s)]
+    if not leading:
         log["frozen"] = "no server led"
         return
-    frozen = servers[leader]
+    frozen = leading[0]
+    leader = servers.index(frozen)
     os.killpg(frozen.proc.pid, signal.SIGSTOP)
     log["frozen"] = f"server {leader} (port {frozen.port}) for {seconds:g}s"
     try:
@@ -251,7 +258,7 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
     fleet = asyncio.create_task(run_fleet(nodes, stop, args.join, seed=args.seed))
     submitted: dict[str, float] = {}
     jobs = asyncio.create_task(
-        submit_jobs(server, args.jobs, t0 + args.join, args.duration * 0.6, submitted)
+        submit_jobs(servers, args.jobs, t0 + args.join, args.duration * 0.6, submitted)
     )
     # The steady part: from the moment every node registered (or the join window ended,
     # whichever is later) to the end.
