@@ -1,7 +1,9 @@
-"""The control plane under a fleet: N fake agents against one real ``gpupool server``.
+"""The control plane under a fleet: N fake agents against real ``gpupool server`` replicas.
 
     python benchmarks/bench_fleet.py --nodes 200 --join 30 --duration 120
     python benchmarks/bench_fleet.py --nodes 1000 --join 30 --duration 600   # the full scale
+    python benchmarks/bench_fleet.py --nodes 5000 --join 60 --duration 300 --interval 15 \
+        --node-timeout 60 --replicas 2 --freeze-leader-at 90 --freeze-s 30
 
 Starts ``gpupool server`` (PostgreSQL by default: a fresh database on ``$GPUPOOL_TEST_PG``,
 dropped at the end; ``--store sqlite`` for a file under a temporary home), makes an agent
@@ -9,7 +11,7 @@ token, then starts ``--nodes`` fake agents (``fleet.py``: the agent protocol as 
 agent`` speaks it, 8 simulated GPUs each) at random moments within ``--join`` seconds, and
 keeps them heartbeating for ``--duration`` seconds after the last one started. Meanwhile it
 submits a job mix (``--jobs`` jobs, spread over the run: 1 GPU, half a GPU, 8 GPUs, 2 GPUs,
-each ``sleep`` 15-40 s) through the API.
+each ``sleep`` 15-40 s) through the API (through each replica in turn).
 
 ``--replicas 2`` starts two servers on the one store (the first leads); every fake node is
 given both and starts at one of them at random, moving to the other after a failure, as
@@ -19,11 +21,12 @@ lease, so the standby takes over), then SIGCONTs it: the nodes that used it move
 
 It prints: when the nodes registered (seconds after the first start: median, last, how many
 never did), heartbeat latency (p50, p99, max), answers by status per request kind (503s),
-timeouts, the server's CPU (``/proc/<pid>/stat`` of the server and its worker processes:
+timeouts, the servers' CPU (``/proc/<pid>/stat`` of every server and its worker processes:
 CPU-s per second over the steady part, after every node registered, and per heartbeat
 answered there), ``node.down`` events and replicas failed over (stop reason ``node``) from the
 store, jobs started and the submit-to-start latency (the start order reaching the fake node),
-the client's own CPU, and the load average.
+the client's own CPU, the nodes' moves to another replica, which server was frozen and
+whether another took over meanwhile, and the load average.
 """
 
 from __future__ import annotations
