@@ -20,9 +20,10 @@ timeout is retried after the agent's own :class:`~gpupool.agent.transport.Backof
 also honours the server's ``Retry-After``.
 
 Given several server ports (replicas on one store), a node starts at one of them chosen by its
-seed and moves to the next after a request that got no usable answer, as the real agent's
-``transport.Servers`` does; a long poll on another replica than its last answer asks from
-``since=-1`` and counts as changed. ``FleetStats.moves`` counts the moves.
+seed and moves to the next after a request that got no answer or a 5xx without
+``Retry-After`` (a shed call stays), as the real agent's ``transport.Servers`` does; a long
+poll on another replica than its last answer asks from ``since=-1`` and counts as changed.
+``FleetStats.moves`` counts the moves.
 
 Everything runs on one asyncio loop over lean keep-alive connections (``rawhttp``: two per
 node, heartbeats and the long poll, as the real agent's two ``httpx`` clients), so a thousand
@@ -193,8 +194,10 @@ class FakeNode:
             raise Unanswered() from None
         self.stats.answered(kind, status)
         if status >= 500 or status == 429:
-            self._move(conn.port)
-            raise Unanswered(retry_after(conn.headers.get("retry-after")))
+            wait = retry_after(conn.headers.get("retry-after"))
+            if wait is None:  # a shed call (Retry-After) stays, as the agent's does
+                self._move(conn.port)
+            raise Unanswered(wait)
         if status >= 400:
             raise RuntimeError(f"{method} {path} refused ({status}): {payload[:300]!r}")
         return payload

@@ -62,21 +62,26 @@ def test_a_replica_that_does_not_answer_sends_the_next_try_to_the_other() -> Non
     assert hosts[-2:] == [other, first]
 
 
-def test_a_busy_replicas_503_also_moves_the_agent() -> None:
+def test_a_busy_replicas_retry_after_keeps_the_agent_and_a_bare_5xx_moves_it() -> None:
     calls: list[str] = []
+    answers = [
+        httpx.Response(503, headers={"Retry-After": "2"}),  # shed: alive, come back later
+        httpx.Response(500),  # broken: try the other
+    ]
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.url.host)
-        if len(calls) == 1:
-            return httpx.Response(503, headers={"Retry-After": "2"})
-        return httpx.Response(200, json=ANSWER)
+        return answers.pop(0) if answers else httpx.Response(200, json=ANSWER)
 
     t = HttpTransport(["http://a:1", "http://b:1"], "s", transport=httpx.MockTransport(handler))
     with pytest.raises(ServerUnavailable) as err:
         t.heartbeat(HeartbeatRequest(node="n1", epoch=0))
     assert err.value.retry_after_s == 2.0
+    with pytest.raises(ServerUnavailable):
+        t.heartbeat(HeartbeatRequest(node="n1", epoch=0))
     t.heartbeat(HeartbeatRequest(node="n1", epoch=0))
-    assert calls[0] != calls[1]
+    assert calls[0] == calls[1]
+    assert calls[2] != calls[1]
 
 
 def test_a_long_poll_on_another_replica_starts_from_its_numbers_and_counts_as_changed() -> None:

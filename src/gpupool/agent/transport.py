@@ -11,10 +11,14 @@ instead of retrying silently forever.
 store, and any of them takes heartbeats and long polls; see docs/architecture.md, "A fleet").
 :class:`Servers` starts each agent at a random one, so a fleet spreads over the replicas, and
 moves to the next after a failure to get an answer or an error answer (a timeout, a refused
-connection, a 5xx or a shed ``503``): the retry, after the usual backoff, goes to the next
-replica. The heartbeat and the long poll share that choice; a long poll that lands on another
-replica than its last answer asks from ``since=-1`` (each replica numbers orders on its own) and
-counts as changed, so the agent heartbeats once there.
+connection, a 5xx): the retry, after the usual backoff, goes to the next replica. A busy
+replica's ``503`` with ``Retry-After`` (load shedding) keeps the agent where it is: that
+replica is alive and holds the agent's acknowledged report and settled answer, which make its
+heartbeats cheap; moving on every shed made a 5,000-node fleet on two replicas move 56,000
+times, every move a full-state heartbeat on the other replica, and collapse
+(docs/benchmarks.md). The heartbeat and the long poll share that choice; a long poll that
+lands on another replica than its last answer asks from ``since=-1`` (each replica numbers
+orders on its own) and counts as changed, so the agent heartbeats once there.
 """
 
 from __future__ import annotations
@@ -313,10 +317,11 @@ class HttpTransport:
                 "with role 'agent' and pass it with --token-file"
             )
         if response.status_code >= 500 or response.status_code == 429:
-            self.servers.failed(url)
+            wait = retry_after(response.headers.get("retry-after"))
+            if wait is None:  # a busy server that says when to come back is kept (see Servers)
+                self.servers.failed(url)
             raise ServerUnavailable(
-                f"the server at {url} answered {response.status_code} on {path}",
-                retry_after(response.headers.get("retry-after")),
+                f"the server at {url} answered {response.status_code} on {path}", wait
             )
         if response.status_code >= 400:
             raise AgentRejected(_refusal(path, response), response.status_code)
@@ -404,7 +409,8 @@ class HttpTransport:
             self.servers.failed(url)
             raise ServerUnavailable(f"long poll to {url} failed: {exc}") from None
         if response.status_code >= 500 or response.status_code == 429:
-            self.servers.failed(url)
+            if retry_after(response.headers.get("retry-after")) is None:
+                self.servers.failed(url)
             raise ServerUnavailable(
                 f"the server at {url} answered {response.status_code} on {path}"
             )
