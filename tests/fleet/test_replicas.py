@@ -25,9 +25,12 @@ import pytest
 from tests.api.server_proc import ServerProcess
 from tests.e2e.pool import wait_for
 from tests.fleet.replicas import Replicas, leads
-from tests.store.fixtures import pg_database
+from tests.store.fixtures import db_url, pg_database
 
-__all__ = ["pg_database"]
+__all__ = ["db_url", "pg_database"]
+
+#: Replicas share one PostgreSQL store; ``db_url`` empties the session's database per test.
+pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
 
 LEASE_S = 3.0
 SLOW_BEATS = ("--leader-lease", str(LEASE_S), "--heartbeat", "60", "--node-timeout", "240")
@@ -38,8 +41,8 @@ FAILOVER = ("--leader-lease", str(LEASE_S), "--heartbeat", "1", "--node-timeout"
 
 
 @pytest.fixture
-def slow_beats(tmp_path: Path, pg_database: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, pg_database, SLOW_BEATS)
+def slow_beats(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
+    pair = Replicas(tmp_path, db_url, SLOW_BEATS)
     try:
         pair.start_servers()
         pair.start_agent(pair.b)  # the agent knows only the standby
@@ -49,8 +52,8 @@ def slow_beats(tmp_path: Path, pg_database: str) -> Iterator[Replicas]:
 
 
 @pytest.fixture
-def failover(tmp_path: Path, pg_database: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, pg_database, FAILOVER)
+def failover(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
+    pair = Replicas(tmp_path, db_url, FAILOVER)
     try:
         pair.start_servers()
         pair.start_agent(pair.a, pair.b)
