@@ -26,6 +26,10 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+from tests.e2e.pool import kill_left_jobs
+
 TICK = os.sysconf("SC_CLK_TCK")
 # Jobs run as the daemon's account (as in the tests, tests/conftest.py): the temporary home is
 # private, so jobs run as other accounts could not reach their folders.
@@ -119,6 +123,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
+            # gpupool up leaves its jobs running (for the next start to adopt): end them
+            kill_left_jobs(home / "agent", "*/jobs/*/state.json")
     per_minute = 60 * (cpu1 - cpu0) / (t1 - t0)
     print(f"idle gpupool up, {args.jobs} job(s): {per_minute:.3f} CPU-s per minute")
     print(f"daemon (the gpupool up process) RSS: {rss:.0f} MiB; {_count(running)} job(s) running")
