@@ -1,7 +1,9 @@
-"""The control plane under a fleet: N fake agents against one real ``gpupool server``.
+"""The control plane under a fleet: N fake agents against real ``gpupool server`` replicas.
 
     python benchmarks/bench_fleet.py --nodes 200 --join 30 --duration 120
     python benchmarks/bench_fleet.py --nodes 1000 --join 30 --duration 600   # the full scale
+    python benchmarks/bench_fleet.py --nodes 5000 --join 60 --duration 300 --interval 15 \
+        --node-timeout 60 --replicas 2 --freeze-leader-at 90 --freeze-s 30
 
 Starts ``gpupool server`` (PostgreSQL by default: a fresh database on ``$GPUPOOL_TEST_PG``,
 dropped at the end; ``--store sqlite`` for a file under a temporary home), makes an agent
@@ -9,15 +11,22 @@ token, then starts ``--nodes`` fake agents (``fleet.py``: the agent protocol as 
 agent`` speaks it, 8 simulated GPUs each) at random moments within ``--join`` seconds, and
 keeps them heartbeating for ``--duration`` seconds after the last one started. Meanwhile it
 submits a job mix (``--jobs`` jobs, spread over the run: 1 GPU, half a GPU, 8 GPUs, 2 GPUs,
-each ``sleep`` 15-40 s) through the API.
+each ``sleep`` 15-40 s) through the API (through each replica in turn).
+
+``--replicas 2`` starts two servers on the one store (the first leads); every fake node is
+given both and starts at one of them at random, moving to the other after a failure, as
+``gpupool agent --server A --server B`` does. ``--freeze-leader-at S`` SIGSTOPs the server that
+leads S seconds after the last node started, for ``--freeze-s`` seconds (longer than the
+lease, so the standby takes over), then SIGCONTs it: the nodes that used it move to the other.
 
 It prints: when the nodes registered (seconds after the first start: median, last, how many
 never did), heartbeat latency (p50, p99, max), answers by status per request kind (503s),
-timeouts, the server's CPU (``/proc/<pid>/stat`` of the server and its worker processes:
+timeouts, the servers' CPU (``/proc/<pid>/stat`` of every server and its worker processes:
 CPU-s per second over the steady part, after every node registered, and per heartbeat
 answered there), ``node.down`` events and replicas failed over (stop reason ``node``) from the
 store, jobs started and the submit-to-start latency (the start order reaching the fake node),
-the client's own CPU, and the load average.
+the client's own CPU, the nodes' moves to another replica, which server was frozen and
+whether another took over meanwhile, and the load average.
 """
 
 from __future__ import annotations
@@ -81,14 +90,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Server:
-    """One ``gpupool server`` process on a fresh store."""
+    """One ``gpupool server`` process: on a fresh store, or beside ``first`` on its store."""
 
-    def __init__(self, args: argparse.Namespace, root: Path) -> None:
+    def __init__(self, args: argparse.Namespace, root: Path, first: Server | None = None) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.pg_name: str | None = None
-        if args.store == "postgres":
+        if first is not None:
+            self.db_url = first.db_url  # a replica: the first server drops the database
+        elif args.store == "postgres":
             self.pg_name = f"gpupool_fleet_{secrets.token_hex(4)}"
             with create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT").connect() as conn:
                 conn.execute(text(f'CREATE DATABASE "{self.pg_name}"'))
@@ -100,8 +111,9 @@ class Server:
             sys.executable, "-m", "gpupool.cli", "server", "--home", str(root / "home"),
             "--port", str(self.port), "--database-url", self.db_url,
             "--heartbeat", str(args.interval), "--node-timeout", str(args.node_timeout),
-            "--workers", str(args.workers),
+            "--workers", str(args.workers), "--leader-lease", str(args.leader_lease),
         ]  # fmt: skip
+        root.mkdir(parents=True, exist_ok=True)
         self.log = open(root / "server.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         deadline = time.monotonic() + 120
@@ -114,6 +126,9 @@ class Server:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the server did not start: see {root / 'server.log'}")
             time.sleep(0.2)
+        if first is not None:
+            self.admin, self.agent_token = first.admin, first.agent_token
+            return
         self.admin = (root / "home" / "admin-token").read_text().strip()
         with httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {self.admin}"}, timeout=30
@@ -159,10 +174,12 @@ class Server:
 
 
 async def submit_jobs(
-    server: Server, count: int, start: float, spread_s: float, submitted: dict[str, float]
+    servers: list[Server], count: int, start: float, spread_s: float, submitted: dict[str, float]
 ) -> None:
-    """Submit ``count`` jobs of the mix, evenly over ``spread_s`` seconds from ``start``."""
-    conn = Connection("127.0.0.1", server.port, {"Authorization": f"Bearer {server.admin}"})
+    """Submit ``count`` jobs of the mix, evenly over ``spread_s`` seconds from ``start``, in
+    turn through each server (a job whose server does not answer in 10 s goes to the next)."""
+    headers = {"Authorization": f"Bearer {servers[0].admin}"}
+    conns = [Connection("127.0.0.1", s.port, headers) for s in servers]
     for i in range(count):
         await asyncio.sleep(max(0.0, start + spread_s * i / max(count, 1) - time.monotonic()))
         gpus, seconds = JOB_MIX[i % len(JOB_MIX)]
@@ -171,31 +188,80 @@ async def submit_jobs(
             "command": ["sleep", f"{seconds:g}"],
             "resources": {"gpus": gpus},
         }
-        try:
-            status, body = await asyncio.wait_for(
-                conn.request("POST", "/v1/jobs", {"spec": spec}), 30
-            )
-        except (TimeoutError, OSError, asyncio.IncompleteReadError):
-            conn.close()
-            continue
-        if status < 300:
-            submitted[json.loads(body)["job"]["id"]] = time.monotonic()
-    conn.close()
+        for k in range(len(conns)):
+            conn = conns[(i + k) % len(conns)]
+            try:
+                status, body = await asyncio.wait_for(
+                    conn.request("POST", "/v1/jobs", {"spec": spec}), 10
+                )
+            except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                conn.close()
+                continue
+            if status < 300:
+                submitted[json.loads(body)["job"]["id"]] = time.monotonic()
+                break
+    for conn in conns:
+        conn.close()
 
 
-async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+def leads(server: Server) -> bool:
+    try:
+        answer = httpx.get(f"{server.url}/readyz", timeout=5)
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200 and answer.json().get("leader") == "yes"
+
+
+async def freeze_leader(
+    servers: list[Server], at: float, seconds: float, log: dict[str, Any]
+) -> None:
+    """SIGSTOP the server that leads at monotonic ``at`` for ``seconds``, then SIGCONT it;
+    notes in ``log`` which one it was and whether another took over meanwhile."""
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+    leading = [s for s in servers if await asyncio.to_thread(leads, s)]
+    if not leading:
+        log["frozen"] = "no server led"
+        return
+    frozen = leading[0]
+    leader = servers.index(frozen)
+    os.killpg(frozen.proc.pid, signal.SIGSTOP)
+    log["frozen"] = f"server {leader} (port {frozen.port}) for {seconds:g}s"
+    try:
+        await asyncio.sleep(seconds)
+        others = [s for s in servers if s is not frozen]
+        took = [await asyncio.to_thread(leads, s) for s in others]
+        log["taken over while frozen"] = any(took)
+    finally:
+        os.killpg(frozen.proc.pid, signal.SIGCONT)
+
+
+async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, Any]:
+    server = servers[0]
     stats = FleetStats()
+    ports = [s.port for s in servers]
     nodes = [
-        FakeNode(f"fleet-{i:05d}", "127.0.0.1", server.port, server.agent_token, stats, seed=i)
+        FakeNode(f"fleet-{i:05d}", "127.0.0.1", ports, server.agent_token, stats, seed=i)
         for i in range(args.nodes)
     ]
     stop = asyncio.Event()
     t0 = time.monotonic()
-    cpu0, client0 = cpu_seconds(server.proc.pid), time.process_time()
+
+    def cpu() -> float:
+        return sum(cpu_seconds(s.proc.pid) for s in servers)
+
+    cpu0, client0 = cpu(), time.process_time()
+    frozen: dict[str, Any] = {}
+    freezer = (
+        asyncio.create_task(
+            freeze_leader(servers, t0 + args.join + args.freeze_leader_at, args.freeze_s, frozen)
+        )
+        if args.freeze_leader_at is not None
+        else None
+    )
     fleet = asyncio.create_task(run_fleet(nodes, stop, args.join, seed=args.seed))
     submitted: dict[str, float] = {}
     jobs = asyncio.create_task(
-        submit_jobs(server, args.jobs, t0 + args.join, args.duration * 0.6, submitted)
+        submit_jobs(servers, args.jobs, t0 + args.join, args.duration * 0.6, submitted)
     )
     # The steady part: from the moment every node registered (or the join window ended,
     # whichever is later) to the end.
@@ -207,12 +273,14 @@ async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         if steady is None and (
             len(stats.registered_at) == args.nodes or time.monotonic() > t0 + 2 * args.join + 30
         ):
-            steady = (time.monotonic(), cpu_seconds(server.proc.pid), len(stats.beat_latency))
+            steady = (time.monotonic(), cpu(), len(stats.beat_latency))
             steady_latency_from = len(stats.beat_latency)
-    cpu1, t1 = cpu_seconds(server.proc.pid), time.monotonic()
+    cpu1, t1 = cpu(), time.monotonic()
     stop.set()
     await jobs
     await fleet
+    if freezer is not None:
+        await freezer
     client = time.process_time() - client0
     joined = sorted(at - t0 for at in stats.registered_at.values())
     result: dict[str, Any] = {
@@ -226,6 +294,9 @@ async def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         "answers": {k: dict(sorted(v.items())) for k, v in stats.answers.items()},
         "timeouts": dict(stats.timeouts),
         "refused": dict(stats.refused),
+        "servers": len(servers),
+        "moves to another server": stats.moves,
+        **frozen,
     }
     if steady is not None:
         wall, cpu_at, beats_at = steady
@@ -262,17 +333,32 @@ def main() -> None:
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=1, help="server replicas on the store")
+    parser.add_argument("--leader-lease", type=float, default=15.0)
+    parser.add_argument(
+        "--freeze-leader-at",
+        type=float,
+        default=None,
+        help="SIGSTOP the leading server this many seconds after the join (once)",
+    )
+    parser.add_argument("--freeze-s", type=float, default=30.0, help="how long it stays stopped")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.nodes + 256)), hard))
+    if args.replicas > 1 and args.store != "postgres":
+        raise SystemExit("--replicas needs --store postgres (replicas share one PostgreSQL)")
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        server = Server(args, Path(tmp))
+        first = Server(args, Path(tmp))
+        servers = [first]
         try:
-            result = asyncio.run(measure(args, server))
-            result.update(server.store_counts())
+            for i in range(1, args.replicas):
+                servers.append(Server(args, Path(tmp) / f"replica-{i}", first))
+            result = asyncio.run(measure(args, servers))
+            result.update(first.store_counts())
         finally:
-            server.stop()
+            for server in reversed(servers):
+                server.stop()
     result["load average"] = Path("/proc/loadavg").read_text().split()[:3]
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.json:

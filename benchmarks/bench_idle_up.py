@@ -14,6 +14,7 @@ and the load average. The issue's target: under 0.1 CPU-s a minute.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -25,7 +26,14 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+from tests.e2e.pool import kill_left_jobs
+
 TICK = os.sysconf("SC_CLK_TCK")
+# Jobs run as the daemon's account (as in the tests, tests/conftest.py): the temporary home is
+# private, so jobs run as other accounts could not reach their folders.
+os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
 
 
 def tree_cpu(pid: int) -> float:
@@ -108,12 +116,15 @@ def main() -> None:
             rss = rss_mib(proc.pid)
             running = httpx.get(f"{url}/v1/jobs?state=RUNNING", headers=headers, timeout=30)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
+            # gpupool up leaves its jobs running (for the next start to adopt): end them
+            kill_left_jobs(home / "agent", "*/jobs/*/state.json")
     per_minute = 60 * (cpu1 - cpu0) / (t1 - t0)
     print(f"idle gpupool up, {args.jobs} job(s): {per_minute:.3f} CPU-s per minute")
     print(f"daemon (the gpupool up process) RSS: {rss:.0f} MiB; {_count(running)} job(s) running")

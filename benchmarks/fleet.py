@@ -19,6 +19,12 @@ Failures are handled as ``gpupool agent`` handles them (``agent/agent.py``,
 timeout is retried after the agent's own :class:`~gpupool.agent.transport.Backoff`, which
 also honours the server's ``Retry-After``.
 
+Given several server ports (replicas on one store), a node starts at one of them chosen by its
+seed and moves to the next after a request that got no answer or a 5xx without
+``Retry-After`` (a shed call stays), as the real agent's ``transport.Servers`` does; a long
+poll on another replica than its last answer asks from ``since=-1`` and counts as changed.
+``FleetStats.moves`` counts the moves.
+
 Everything runs on one asyncio loop over lean keep-alive connections (``rawhttp``: two per
 node, heartbeats and the long poll, as the real agent's two ``httpx`` clients), so a thousand
 nodes cost the client little beside the server it measures. :class:`FleetStats` collects what
@@ -77,6 +83,7 @@ class FleetStats:
     replicas_started: int = 0
     replicas_ended: int = 0
     stops: int = 0
+    moves: int = 0  # nodes moving to another server replica after a failure
 
     def answered(self, kind: str, status: int) -> None:
         self.answers.setdefault(kind, Counter())[status] += 1
@@ -122,7 +129,7 @@ class FakeNode:
         self,
         name: str,
         host: str,
-        port: int,
+        port: int | list[int],
         token: str,
         stats: FleetStats,
         *,
@@ -132,10 +139,12 @@ class FakeNode:
         self.name = name
         self.stats = stats
         headers = {"Authorization": f"Bearer {token}", "User-Agent": f"gpupool-agent/{__version__}"}
-        self._beat_conn = Connection(host, port, headers)
-        self._poll_conn = Connection(host, port, headers)
-        self.agent_id = secrets.token_hex(16)
         self.rng = random.Random(seed)
+        self.ports = [port] if isinstance(port, int) else list(port)
+        self._at = self.rng.randrange(len(self.ports))
+        self._beat_conn = Connection(host, self.ports[self._at], headers)
+        self._poll_conn = Connection(host, self.ports[self._at], headers)
+        self.agent_id = secrets.token_hex(16)
         self.devices = [
             DeviceInfo(
                 uuid=f"GPU-{name}-{i}",
@@ -176,17 +185,32 @@ class FakeNode:
         except TimeoutError:
             conn.close()
             self.stats.timeouts[kind] += 1
+            self._move(conn.port)
             raise Unanswered() from None
         except (OSError, asyncio.IncompleteReadError, ValueError):
             conn.close()
             self.stats.refused[kind] += 1
+            self._move(conn.port)
             raise Unanswered() from None
         self.stats.answered(kind, status)
         if status >= 500 or status == 429:
-            raise Unanswered(retry_after(conn.headers.get("retry-after")))
+            wait = retry_after(conn.headers.get("retry-after"))
+            if wait is None:  # a shed call (Retry-After) stays, as the agent's does
+                self._move(conn.port)
+            raise Unanswered(wait)
         if status >= 400:
             raise RuntimeError(f"{method} {path} refused ({status}): {payload[:300]!r}")
         return payload
+
+    def _move(self, failed_port: int) -> None:
+        """The server on ``failed_port`` gave no usable answer: use the next replica (the
+        real agent's ``transport.Servers.failed``)."""
+        if len(self.ports) < 2 or self.ports[self._at] != failed_port:
+            return
+        self._at = (self._at + 1) % len(self.ports)
+        self.stats.moves += 1
+        self._beat_conn.close()
+        self._beat_conn.port = self.ports[self._at]
 
     async def register(self) -> None:
         request = RegisterRequest(
@@ -378,8 +402,15 @@ class FakeNode:
     async def long_poll(self, stop: asyncio.Event) -> None:
         """The agent's order wait: heartbeat at once when the server has new orders."""
         seq = -1
+        polled: int | None = None  # the port of the replica that answered last
         while not stop.is_set():
-            path = f"/v1/agent/nodes/{self.name}/orders?since={seq}&timeout={LONG_POLL_S:g}"
+            port = self.ports[self._at]
+            moved = polled is not None and polled != port
+            if self._poll_conn.port != port:
+                self._poll_conn.close()
+                self._poll_conn.port = port
+            since = -1 if moved else seq
+            path = f"/v1/agent/nodes/{self.name}/orders?since={since}&timeout={LONG_POLL_S:g}"
             try:
                 payload = await self._call(
                     self._poll_conn, "orders", "GET", path, None, LONG_POLL_S + REQUEST_TIMEOUT_S
@@ -387,7 +418,10 @@ class FakeNode:
             except Unanswered:
                 await asyncio.sleep(1.0)
                 continue
+            polled = port
             answer = json.loads(payload)
+            if moved:
+                answer["changed"] = True
             if answer["changed"] and seq >= 0:
                 self.wake.set()
             elif not answer["changed"] and seq == answer["seq"]:

@@ -107,6 +107,19 @@ def wait_for(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "
         time.sleep(0.1)
 
 
+def kill_left_jobs(folder: Path, pattern: str = "jobs/*/state.json") -> None:
+    """Kill every supervisor and job whose agent state (``pattern`` under ``folder``) names."""
+    for state in folder.glob(pattern):
+        try:
+            data = json.loads(state.read_text())
+        except (OSError, ValueError):
+            continue
+        for key, kill in (("pid", os.killpg), ("supervisor_pid", os.kill)):
+            if data.get(key):
+                with contextlib.suppress(OSError):
+                    kill(int(data[key]), signal.SIGKILL)
+
+
 class Pool:
     """One server and any number of agents (see the module docstring)."""
 
@@ -263,15 +276,7 @@ class Pool:
 
     def _kill_jobs(self) -> None:
         """Kill every supervisor and job the agents of this pool left running."""
-        for state in (self.root / "agents").glob("*/jobs/*/state.json"):
-            try:
-                data = json.loads(state.read_text())
-            except (OSError, ValueError):
-                continue
-            for key, kill in (("pid", os.killpg), ("supervisor_pid", os.kill)):
-                if data.get(key):
-                    with contextlib.suppress(OSError):
-                        kill(int(data[key]), signal.SIGKILL)
+        kill_left_jobs(self.root / "agents", "*/jobs/*/state.json")
 
     # -- API
     def post(self, path: str, body: dict[str, Any]) -> Any:

@@ -6,14 +6,29 @@ and ``POST /v1/agent/heartbeat`` with a bearer token of role ``agent``. Network 
 :class:`Backoff`, no sooner than a busy server's ``Retry-After``); 401/403 raise
 :class:`AgentRejected`, which needs a person (a wrong or revoked token), so the agent says so
 instead of retrying silently forever.
+
+**Several servers.** An agent may be given the URLs of several server replicas (they share one
+store, and any of them takes heartbeats and long polls; see docs/architecture.md, "A fleet").
+:class:`Servers` starts each agent at a random one, so a fleet spreads over the replicas, and
+moves to the next after a failure to get an answer or an error answer (a timeout, a refused
+connection, a 5xx): the retry, after the usual backoff, goes to the next replica. A busy
+replica's ``503`` with ``Retry-After`` (load shedding) keeps the agent where it is: that
+replica is alive and holds the agent's acknowledged report and settled answer, which make its
+heartbeats cheap; moving on every shed made a 5,000-node fleet on two replicas move 56,000
+times, every move a full-state heartbeat on the other replica, and collapse
+(docs/benchmarks.md). The heartbeat and the long poll share that choice; a long poll that
+lands on another replica than its last answer asks from ``since=-1`` (each replica numbers
+orders on its own) and counts as changed, so the agent heartbeats once there.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -34,6 +49,8 @@ from gpupool.schemas.agent import (
     RegisterResponse,
 )
 from gpupool.schemas.base import read_answer
+
+log = logging.getLogger("gpupool.agent.transport")
 
 M = TypeVar("M", bound=BaseModel)
 #: The header naming the node on a heartbeat (see ``api/shedding.py``).
@@ -208,34 +225,88 @@ def register_body(req: RegisterRequest, *, reserve: bool = True) -> dict[str, ob
     return data
 
 
+def server_urls(values: Sequence[str]) -> list[str]:
+    """The server URLs given (each value may hold several, comma-separated), without repeats;
+    a value that is not an ``http(s)://`` URL is refused with what to give instead."""
+    urls: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            url = part.strip().rstrip("/")
+            if not url:
+                continue
+            if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+                raise GpupoolError(
+                    f"--server {part.strip()!r} is not a server URL: give one like "
+                    "http://head:8470 (repeat --server for each replica)"
+                )
+            if url not in urls:
+                urls.append(url)
+    if not urls:
+        raise GpupoolError("no server URL given: pass --server http://head:8470")
+    return urls
+
+
+class Servers:
+    """The replicas an agent may use and the one it uses now (see the module docstring)."""
+
+    def __init__(self, urls: Sequence[str], rng: random.Random | None = None) -> None:
+        self.urls = server_urls(urls)
+        self._at = (rng or random.Random()).randrange(len(self.urls))
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> str:
+        return self.urls[self._at]
+
+    def failed(self, url: str) -> None:
+        """``url`` gave no useful answer: the next try goes to the next replica (once per
+        failure of the one in use, whichever of the agent's threads noticed it)."""
+        with self._lock:
+            if len(self.urls) > 1 and self.urls[self._at] == url:
+                self._at = (self._at + 1) % len(self.urls)
+                log.info("server %s did not answer usefully; trying %s", url, self.current)
+
+
 class HttpTransport:
-    """The real transport: one keep-alive ``httpx`` connection to the server."""
+    """The real transport: keep-alive ``httpx`` connections to the server in use (one for
+    requests, one for the long poll), from the URLs given (:class:`Servers`)."""
 
     def __init__(
         self,
-        server_url: str,
+        server_url: str | Sequence[str],
         token: str,
         *,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,  # tests pass httpx.MockTransport
     ) -> None:
-        self._client = httpx.Client(
-            transport=transport,
-            base_url=server_url.rstrip("/"),
-            headers={
-                "Authorization": f"Bearer {token}",
-                "User-Agent": f"gpupool-agent/{__version__}",
-            },
-            timeout=timeout_s,
-        )
-        self.reports = Reports()  # heartbeats as deltas (see Reports)
+        self.servers = Servers([server_url] if isinstance(server_url, str) else server_url)
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "User-Agent": f"gpupool-agent/{__version__}",
+        }
+        self._timeout_s = timeout_s
+        self._transport = transport
+        self._clients: dict[str, httpx.Client] = {}
         # the long poll gets its own connection, so it never delays a heartbeat
-        self._poll = httpx.Client(
-            transport=transport,
-            base_url=server_url.rstrip("/"),
-            headers=dict(self._client.headers),
-            timeout=timeout_s,
-        )
+        self._polls: dict[str, httpx.Client] = {}
+        self._polled: str | None = None  # the replica that answered the last long poll
+        self.reports = Reports()  # heartbeats as deltas (see Reports)
+
+    def _connection(self, pool: dict[str, httpx.Client], url: str) -> httpx.Client:
+        client = pool.get(url)
+        if client is None:
+            client = httpx.Client(
+                transport=self._transport,
+                base_url=url,
+                headers=self._headers,
+                timeout=self._timeout_s,
+            )
+            pool[url] = client
+        return client
+
+    @property
+    def _client(self) -> httpx.Client:
+        return self._connection(self._clients, self.servers.current)
 
     def _post(
         self,
@@ -245,21 +316,23 @@ class HttpTransport:
         headers: dict[str, str] | None = None,
     ) -> M:
         data = body if isinstance(body, dict) else body.model_dump(mode="json")
+        url = self.servers.current
         try:
-            response = self._client.post(path, json=data, headers=headers)
+            response = self._connection(self._clients, url).post(path, json=data, headers=headers)
         except httpx.HTTPError as exc:
-            raise unavailable(
-                f"cannot reach the server at {self._client.base_url}: {exc}", exc
-            ) from None
+            self.servers.failed(url)
+            raise unavailable(f"cannot reach the server at {url}: {exc}", exc) from None
         if response.status_code in (401, 403):
             raise AgentRejected(
                 f"the server refused the agent token ({response.status_code}): create a token "
                 "with role 'agent' and pass it with --token-file"
             )
         if response.status_code >= 500 or response.status_code == 429:
+            wait = retry_after(response.headers.get("retry-after"))
+            if wait is None:  # a busy server that says when to come back is kept (see Servers)
+                self.servers.failed(url)
             raise ServerUnavailable(
-                f"the server answered {response.status_code} on {path}",
-                retry_after(response.headers.get("retry-after")),
+                f"the server at {url} answered {response.status_code} on {path}", wait
             )
         if response.status_code >= 400:
             raise AgentRejected(_refusal(path, response), response.status_code)
@@ -344,24 +417,37 @@ class HttpTransport:
     def wait_for_orders(self, node: str, since: int, timeout_s: float) -> OrdersAnswer:
         """The long poll (see :class:`~gpupool.schemas.agent.OrdersAnswer`)."""
         path = f"/v1/agent/nodes/{node}/orders"
+        url = self.servers.current
+        moved = self._polled is not None and self._polled != url
         try:
-            response = self._poll.get(
+            response = self._connection(self._polls, url).get(
                 path,
-                params={"since": since, "timeout": timeout_s},
+                params={"since": -1 if moved else since, "timeout": timeout_s},
                 timeout=timeout_s + 10.0,
             )
         except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"long poll to {self._poll.base_url} failed: {exc}") from None
+            self.servers.failed(url)
+            raise ServerUnavailable(f"long poll to {url} failed: {exc}") from None
+        if response.status_code >= 500 or response.status_code == 429:
+            if retry_after(response.headers.get("retry-after")) is None:
+                self.servers.failed(url)
+            raise ServerUnavailable(
+                f"the server at {url} answered {response.status_code} on {path}"
+            )
         if response.status_code >= 400:
             raise AgentRejected(f"the server refused {path} ({response.status_code})")
         try:
-            return read_answer(OrdersAnswer, response.json())
+            answer = read_answer(OrdersAnswer, response.json())
         except (ValidationError, ValueError) as exc:
             raise ServerUnavailable(f"unexpected answer from {path}: {exc}") from None
+        self._polled = url
+        if moved:  # another replica's numbers: start from them, and look once
+            return OrdersAnswer(seq=answer.seq, changed=True)
+        return answer
 
     def close(self) -> None:
-        self._client.close()
-        self._poll.close()
+        for client in [*self._clients.values(), *self._polls.values()]:
+            client.close()
 
 
 class Backoff:

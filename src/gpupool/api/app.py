@@ -98,6 +98,7 @@ def create_app(
         if loop is not None:
             loop.start()
         watcher = asyncio.create_task(watch(cp))  # lag, batched liveness (api/shedding.py)
+        cp.start_listening()  # orders other replicas commit wake the long polls held here
         # Everything built so far (modules, the app, the ORM's mappers) lives as long as the
         # process: move it out of the collector's sight, so that a full collection scans only
         # what requests made. Without this, full collections took 100-250 ms under load and
@@ -108,6 +109,7 @@ def create_app(
             yield
         finally:
             watcher.cancel()
+            cp.stop_listening()
             if loop is not None:
                 loop.stop()
             app.state.services.jobs.close()  # submits queued for group commit are written

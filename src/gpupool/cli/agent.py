@@ -116,7 +116,13 @@ def start_local_agent(
 
 
 def run_agent(  # noqa: PLR0917 - typer options
-    server: str = typer.Option(..., help="URL of the gpupool server, e.g. http://host:8470"),
+    server: list[str] = typer.Option(  # noqa: B008
+        ...,
+        envvar="GPUPOOL_SERVERS",
+        help="URL of the gpupool server, e.g. http://host:8470; repeat it (or separate with "
+        "commas) for each server replica: the agent starts at a random one and moves to the "
+        "next when one does not answer",
+    ),
     token_file: Path = typer.Option(..., help="file holding a token with role 'agent'"),  # noqa: B008
     node: str | None = typer.Option(None, help="node name (default: the host name)"),
     state_dir: Path | None = typer.Option(  # noqa: B008
@@ -144,11 +150,13 @@ def run_agent(  # noqa: PLR0917 - typer options
     """Run this machine's node agent: report its GPUs and run the jobs placed on them.
 
     Example: ``gpupool agent --server http://head:8470 --token-file /etc/gpupool/agent-token``
+    (with replicas: ``--server http://head1:8470 --server http://head2:8470``, or
+    ``GPUPOOL_SERVERS="http://head1:8470 http://head2:8470"``)
     """
     from gpupool.agent.agent import Agent, AgentConfig
     from gpupool.agent.node import default_node_name
     from gpupool.agent.runas import check_mode, check_token_file, protect_state
-    from gpupool.agent.transport import AgentRejected, HttpTransport
+    from gpupool.agent.transport import AgentRejected, HttpTransport, server_urls
     from gpupool.control.machinery.clock import SystemClock
     from gpupool.domain.interactive import parse_features
     from gpupool.domain.units import mib_to_bytes, parse_memory
@@ -160,6 +168,7 @@ def run_agent(  # noqa: PLR0917 - typer options
     )
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)
     try:
+        servers = server_urls(server)
         name = node or default_node_name()
         token = read_token(token_file)
         cap = mib_to_bytes(parse_memory(log_cap, field="log-cap"))
@@ -189,14 +198,14 @@ def run_agent(  # noqa: PLR0917 - typer options
     except GpupoolError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    agent = Agent(config, backend, HttpTransport(server, token), SystemClock())
+    agent = Agent(config, backend, HttpTransport(servers, token), SystemClock())
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     kinds = sorted({d.name for d in agent.inventory})
     typer.echo(
         f"gpupool agent: node {name}, {len(agent.devices)} {backend.name} GPU(s) "
-        f"({', '.join(kinds)}), server {server}, state in {folder}"
+        f"({', '.join(kinds)}), server {', '.join(servers)}, state in {folder}"
     )
     typer.echo(jobs_run_as(run_as, f"this node's agent token ({token_file})"))
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -31,6 +33,7 @@ from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
 from gpupool.store.db import READ_ONLY, is_sqlite, make_engine, session_factory
+from gpupool.store.notify import ORDERS_CHANNEL, WAKE_CHANNEL, Listener, parse, publish, send
 from gpupool.store.schema import ensure_schema
 
 log = logging.getLogger("gpupool.control")
@@ -71,6 +74,9 @@ class ControlPlane:
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
+        # this process, in the notices it sends other processes (see store/notify.py)
+        self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._listener: Listener | None = None
         self.admission = Admission()  # agents' calls in flight, shed, heard; the server's lag
         self.settled = SettledNodes()  # quiet heartbeats answered from memory
         self.reports = ReportBook()  # agents' acknowledged reports, to expand their deltas
@@ -116,6 +122,7 @@ class ControlPlane:
                     yield session
                     if not read_only:
                         bump_versions(session)  # other processes learn of the new orders
+                        self._publish(session)
                 # committed: agents waiting for these nodes' orders may fetch them now
                 nodes = session.info.pop(ORDER_NODES, None)
                 if nodes:
@@ -130,6 +137,46 @@ class ControlPlane:
                 raise Unavailable(DB_DOWN.format(detail=detail)) from exc
             raise
 
+    # ------------------------------------------------------------------ other processes' orders
+    def _publish(self, session: Session) -> None:
+        """PostgreSQL: tell the other server processes which nodes this transaction gives
+        orders, so an agent long-polling one of them hears at once (delivered on commit)."""
+        nodes = session.info.get(ORDER_NODES)
+        if nodes and not self.sqlite:
+            publish(session, ORDERS_CHANNEL, self.origin, nodes)
+
+    def _heard(self, payload: str) -> None:
+        notice = parse(payload)
+        if notice is not None and notice[0] != self.origin:
+            self.orders.announce(notice[1])
+
+    def _woken(self, payload: str) -> None:
+        if payload != self.origin and self.epoch > 0:
+            self.poke()
+
+    def wake_leader(self) -> None:
+        """PostgreSQL: wake the leader's scheduling loop (this process was poked and does not
+        lead: a submit or an end through it). No-op on SQLite (one process)."""
+        if not self.sqlite:
+            with self.tx() as s:
+                send(s, WAKE_CHANNEL, self.origin)
+
+    def start_listening(self) -> Listener | None:
+        """PostgreSQL: listen for the orders other processes commit (a thread of its own,
+        until :meth:`stop_listening`), which wake this process's long polls for their nodes,
+        and, while this process leads, for other processes' wake-ups of its loop."""
+        if self.sqlite or self._listener is not None:
+            return self._listener
+        handlers = {ORDERS_CHANNEL: self._heard, WAKE_CHANNEL: self._woken}
+        self._listener = Listener(self.settings.database_url, handlers)
+        self._listener.start()
+        return self._listener
+
+    def stop_listening(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+
     def ping(self) -> bool:
         """True when the database answers."""
         try:
@@ -141,4 +188,5 @@ class ControlPlane:
 
     def close(self) -> None:
         self.notifier.close()
+        self.stop_listening()
         self.engine.dispose()

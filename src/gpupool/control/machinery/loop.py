@@ -20,7 +20,8 @@ One cycle:
 The loop runs in a thread of the server. It wakes on events (:meth:`ControlPlane.poke`: a
 submit, a finish, a node change) and on a periodic tick while jobs are pending; an idle
 leader sleeps until a node could time out (:meth:`SchedulingLoop.idle_wait_s`). Only the
-leader runs cycles.
+leader runs cycles; a standby that is poked passes it on to the leader (on PostgreSQL, a notice
+on ``store.notify.WAKE_CHANNEL``), so a job submitted through any replica starts at once.
 """
 
 from __future__ import annotations
@@ -212,13 +213,15 @@ class SchedulingLoop:
     def _run(self) -> None:
         last: CycleResult | None = None
         while not self._stop.is_set():
-            self.cp.wakeup.wait(self.idle_wait_s(last))
+            poked = self.cp.wakeup.wait(self.idle_wait_s(last))
             self.cp.wakeup.clear()
             last = None
             if self._stop.is_set():
                 break
             try:
                 last = self.run_once()
+                if poked and not self.leadership.is_leader:
+                    self.cp.wake_leader()  # a submit or an end here: the leader's loop sleeps
             except NotLeader as exc:
                 log.warning("%s; stepping down", exc)
                 self.watching_since = None

@@ -6,8 +6,12 @@ Words:
   or a stop for the node. An agent waits (``GET /v1/agent/nodes/{name}/orders?since=seq``) until
   it grows past what it saw, then heartbeats at once to fetch the orders.
 
-Only this server process knows its counters: with several server processes a wait that lands
-on another one simply times out, and the heartbeat delivers the orders as before. Waiters are
+Each server process keeps its own counters. On PostgreSQL the process that commits an order
+also sends a notice (``store/notify.py``, ``ControlPlane.tx``), and every other process (another
+replica, another ``--workers`` process) announces the nodes on its own board when the notice
+arrives, so an agent long-polling any replica hears at once; a notice lost while a listener
+reconnects only costs latency (the poll times out, the heartbeat delivers the orders). An agent
+that moves to another replica starts again from ``since=-1`` (the counters differ). Waiters are
 asyncio events (one per waiting request, no thread held); :meth:`OrderBoard.announce` may be
 called from any thread.
 """
