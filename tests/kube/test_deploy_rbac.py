@@ -11,18 +11,26 @@ with SubjectAccessReviews, as the account ``system:serviceaccount:gpupool-system
   bridge may do beyond :data:`BRIDGE_CALLS` is only what any service account of no role may
   also do (``selfsubjectaccessreviews`` and the like), so the ClusterRole grants nothing more;
 - named things it must never do (read secrets, delete nodes or pods, write a claim's spec or
-  its devices' status, impersonate, bind roles) are denied, in its own namespace too.
+  its devices' status, impersonate, bind roles) are denied, in its own namespace too;
+- and the real bridge, run with a token of that account alone (a TokenRequest, as the pod's
+  projected token), registers a node, binds a pod with its claim allocated and evicts it when
+  gpupool cancels its job, with no call refused.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpupool.kube.client import KubeClient
+from tests.kube.brains import Brains
 from tests.kube.cluster import ControlPlane
+from tests.kube.objects import pod_claim, running_on, wait_for
+from tests.kube.test_bridge import create_pods, gpupool_pod, job_of
 from tests.kube.test_deploy_base import BASE, NAMESPACE, render
 
 pytestmark = pytest.mark.timeout(900)
@@ -152,3 +160,66 @@ def test_the_bridge_account_may_do_nothing_more(rbac_applied: KubeClient) -> Non
     assert not extra, f"the bridge's account may do more than the bridge calls: {extra}"
     allowed = [f for f in FORBIDDEN if _allowed(client, ACCOUNT, *f)]
     assert not allowed, f"the bridge's account may {allowed}"
+
+
+def _account_kubeconfig(client: KubeClient, folder: Path) -> Path:
+    """A kubeconfig with a fresh token of the bridge's account and nothing else."""
+    answer = client.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{ACCOUNT}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    path = folder / "bridge.kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "test",
+                "cluster": {
+                    "server": client.config.server,
+                    "certificate-authority": str(client.config.ca_file),
+                },
+            }
+        ],
+        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": ACCOUNT}}],
+        "current-context": "test",
+    }
+    path.write_text(json.dumps(config))  # JSON is YAML
+    path.chmod(0o600)
+    return path
+
+
+def test_the_bridge_runs_with_its_account_alone(
+    rbac_applied: KubeClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    client = rbac_applied
+    brains = Brains(control_plane, tmp_path, kubeconfig=_account_kubeconfig(client, tmp_path))
+    try:
+        node = brains.gpu_node()  # lists Nodes and ResourceSlices, registers the node
+        create_pods(control_plane, namespace, gpupool_pod("train", namespace, node))
+        job = job_of(control_plane, namespace, "train")  # lists and annotates pods
+        assert wait_for(lambda: running_on(client, namespace, "train"), "train runs") == node
+        claim = pod_claim(client, namespace, "train")
+        assert claim is not None
+        assert claim["status"]["allocation"]["devices"]["results"]  # the claim's status
+        assert claim["status"]["reservedFor"][0]["name"] == "train"
+        brains.pool.post(f"/v1/jobs/{job}/cancel", {"reason": "deploy test"})
+
+        def evicted() -> bool:
+            pods = client.list(f"/api/v1/namespaces/{namespace}/pods")
+            return not any(
+                p["metadata"]["name"] == "train" and not p["metadata"].get("deletionTimestamp")
+                for p in pods
+            )
+
+        wait_for(evicted, "train evicted once gpupool cancels its job")
+        wait_for(lambda: brains.job(job)["state"] == "CANCELLED", f"job {job} CANCELLED")
+    finally:
+        brains.close()
+    log = brains.log.read_text()
+    assert "forbidden" not in log.lower(), log[-3000:]
