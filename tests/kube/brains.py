@@ -20,8 +20,10 @@ from tests.readiness import wait_ready
 class Brains:
     """The gpupool server and the bridge beside the test cluster."""
 
-    def __init__(self, plane: ControlPlane, root: Path) -> None:
+    def __init__(self, plane: ControlPlane, root: Path, *, kubeconfig: Path | None = None) -> None:
+        """``kubeconfig``: the bridge's credentials (default: the cluster's admin)."""
         self.plane = plane
+        self.kubeconfig = kubeconfig or plane.admin_kubeconfig
         self.pool = Pool(root)
         self.pool.start_server()
         self.token = (self.pool.home / "admin-token").read_text().strip()
@@ -29,13 +31,12 @@ class Brains:
         self.proc = self._start_bridge()
 
     def _start_bridge(self) -> subprocess.Popen[bytes]:
-        plane = self.plane
         with self.log.open("ab") as log:
             return subprocess.Popen(
                 [PY, "-m", "gpupool.kube", "bridge", "--server", self.pool.url,
                  "--token-file", str(self.pool.home / "admin-token"),
                  "--agent-token-file", str(self.pool.agent_token),
-                 "--kubeconfig", str(plane.admin_kubeconfig), "--interval", "0.5"],
+                 "--kubeconfig", str(self.kubeconfig), "--interval", "0.5"],
                 env=self.pool._env(), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
