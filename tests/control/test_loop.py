@@ -14,6 +14,7 @@ from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.control.services.jobs import JobService
 from gpupool.domain.states import JobState
 from gpupool.scheduling.decision import Decision, ReplicaStart, Start
+from gpupool.scheduling.layout import DEFAULT_CONTEXT_RESERVE_MIB
 from gpupool.store.models import AssignmentModel, LeaderModel, SliceModel
 from tests.control.builders import ADMIN, exited, heartbeat, register, running, submit
 
@@ -39,7 +40,9 @@ def test_a_submitted_job_is_placed_dispatched_run_and_completed(cp: ControlPlane
     assert [a.job_id for a in answer.start] == [job.id]
     spec = answer.start[0]
     assert spec.milli_per_device == 500
-    assert spec.memory_mib_per_device == 40960
+    # half of the 80 GiB card, less the CUDA context the node's soft mode leaves outside the
+    # slice (a node that did not report its reserve: the default)
+    assert spec.memory_mib_per_device == 40960 - DEFAULT_CONTEXT_RESERVE_MIB
     assert answer.epoch == cp.epoch
     # the order is resent until the agent reports the assignment, then never again
     assert [a.assignment_id for a in heartbeat(cp).start] == [spec.assignment_id]
@@ -87,6 +90,34 @@ def test_a_job_cancelled_after_the_snapshot_is_not_started(cp: ControlPlane) -> 
     assert _state(cp, job.id) is JobState.CANCELLED
     with cp.tx() as s:
         assert s.scalar(select(func.count()).select_from(SliceModel)) == 0
+
+
+def test_a_job_updated_after_the_snapshot_is_not_started_with_its_old_resources(
+    cp: ControlPlane,
+) -> None:
+    register(cp)
+    job = submit(cp)  # half a GPU
+    loop = _loop(cp)
+    real = loop.schedule
+
+    def schedule_then_update(snapshot, config, memo):  # type: ignore[no-untyped-def]
+        decision = real(snapshot, config, memo)
+        # `gpupool update JOB -g 1` lands between snapshot and commit
+        JobService(cp).update(ADMIN, job.id, {"resources": {"gpus": 1}})
+        return decision
+
+    loop._schedule = schedule_then_update
+    result = loop.cycle()
+    assert result.started == ()
+    assert result.skipped == (job.id,)
+    assert _state(cp, job.id) is JobState.PENDING
+    with cp.tx() as s:
+        assert s.scalar(select(func.count()).select_from(SliceModel)) == 0
+    # the next cycle starts it with what it asks for now: a whole GPU
+    loop._schedule = real
+    assert loop.cycle().started == (job.id,)
+    with cp.tx() as s:
+        assert s.scalar(select(func.sum(SliceModel.milli))) == 1000
 
 
 def test_the_commit_refuses_a_start_that_would_overfill_a_device(cp: ControlPlane) -> None:

@@ -11,6 +11,7 @@ are unique per user and kept for the life of the job.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -553,7 +554,11 @@ class JobService:
                         f"priority class {spec.priority_class!r} does not exist: use one of {names}"
                     )
                 priority = found
-            job = job.with_changes(spec=spec, priority=priority)
+            # A new version: a start the scheduler decided from the old spec (between its
+            # snapshot and its commit) is refused at commit, and the next cycle sees this one.
+            job = dataclasses.replace(
+                job.with_changes(spec=spec, priority=priority), version=job.version + 1
+            )
             apply_job(row, job)
             audit.record(s, actor, "job.update", now, target=job_id)
         self.cp.poke()
