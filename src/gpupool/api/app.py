@@ -36,7 +36,6 @@ from gpupool.api import errors, openapi
 from gpupool.api.bodylimit import BodyLimitMiddleware
 from gpupool.api.clientaddr import parse_networks
 from gpupool.api.deps import Services, principal
-from gpupool.api.quietbeat import QuietHeartbeats
 from gpupool.api.reference import api_reference_html
 from gpupool.api.routers import (
     admin,
@@ -51,6 +50,7 @@ from gpupool.api.routers import (
     users,
 )
 from gpupool.api.shedding import AgentShedding, watch
+from gpupool.api.shortway import AgentShortWay
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
@@ -130,7 +130,7 @@ def create_app(
     app.state.admin_token_path = token_path
     app.state.trusted_proxies = parse_networks(cp.settings.trusted_proxies)
     errors.install(app)
-    app.add_middleware(QuietHeartbeats)  # innermost: a quiet heartbeat skips the routing
+    app.add_middleware(AgentShortWay)  # innermost: quiet heartbeats, long polls skip routing
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(AgentShedding, cp=cp)  # outermost: sheds before anything else runs
     openapi.install(app, metrics_token=cp.settings.metrics_token)

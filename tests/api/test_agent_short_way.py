@@ -1,7 +1,7 @@
-"""The quiet heartbeat's short way through the API (``gpupool.api.quietbeat``): a quiet
-heartbeat with a known agent token is answered before FastAPI's routing, with the bytes the
-route would send; everything else (a malformed body, an unknown token, another role, news)
-still goes through the route and its checks, answered as before, changing nothing."""
+"""The agents' short way through the API (``gpupool.api.shortway``): a quiet heartbeat or a
+long poll with a known agent token is answered before FastAPI's routing, with the bytes the
+route would send; everything else (a malformed body or query, an unknown token, another role,
+news) still goes through the route and its checks, answered as before, changing nothing."""
 
 from __future__ import annotations
 
@@ -107,3 +107,35 @@ def test_tokens_are_checked_as_before(api: Api, cp: ControlPlane, clock: ManualC
     assert member.status_code == 403, member.text
     assert "agent" in member.json()["detail"]
     assert _last_heartbeat(cp) == heard
+
+
+def test_a_long_poll_is_answered_before_the_router_as_the_route_answers(api: Api) -> None:
+    agent = api.tokens["agent"]
+    path = "/v1/agent/nodes/n1/orders"
+    routed_first = api.call(agent, "GET", f"{path}?since=-1&timeout=0&x=1")  # the route
+    assert routed_first.status_code == 200, routed_first.text
+    with routed() as router:
+        moved = api.call(agent, "GET", f"{path}?since=-1&timeout=0")
+        seq = moved.json()["seq"]
+        waited = api.call(agent, "GET", f"{path}?since={seq}&timeout=0.05")
+    assert router.call_count == 0
+    assert moved.content == routed_first.content
+    assert moved.json() == {"seq": seq, "changed": True}
+    assert waited.json() == {"seq": seq, "changed": False}
+    assert waited.headers["content-type"] == "application/json"
+
+
+def test_a_bad_long_poll_query_or_token_is_refused_as_before(api: Api) -> None:
+    agent = api.tokens["agent"]
+    path = "/v1/agent/nodes/n1/orders"
+    for query, field in (
+        ("since=abc", "since"),
+        ("timeout=61", "timeout"),
+        ("timeout=nan", "timeout"),
+        ("since=-2&timeout=0", "since"),
+    ):
+        answer = api.call(agent, "GET", f"{path}?{query}")
+        assert answer.status_code == 422, (query, answer.text)
+        assert [e["field"] for e in answer.json()["errors"]] == [f"query.{field}"], answer.text
+    assert api.call("not-a-token", "GET", f"{path}?timeout=0").status_code == 401
+    assert api.call(api.tokens["member"], "GET", f"{path}?timeout=0").status_code == 403
