@@ -71,8 +71,10 @@ def test_answers_arrive_whole_and_a_small_one_in_one_write() -> None:
     finally:
         serverhttp._Coalescing.flush = real_flush  # type: ignore[method-assign]
     head, _, body = small.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 OK") and body == b'{"ok":true}'
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert body == b'{"ok":true}'
     assert len(small_writes) == 1  # status line, headers and body: one write
     assert small_writes[0] == len(small)
     head, _, body = big.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 OK") and body == BIG
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert body == BIG
