@@ -6,7 +6,9 @@
 heartbeat path, long polls, the liveness batcher's scheduling); ``SIGUSR2`` stops it and writes
 the statistics to ``OUT.prof`` (read them with ``python -m pstats OUT.prof``). Worker threads
 (full heartbeats, the scheduling loop) are not profiled: the quiet fleet's cost is on the loop.
-The profiler slows what it measures; compare the shares of its rows, not the server's CPU.
+The timer is the thread's CPU time (wall time would count the moments the loop was preempted,
+e.g. in a write that woke the client). The profiler slows what it measures; compare the
+shares of its rows, not the server's CPU.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import cProfile
 import signal
 import sys
+import time
 from types import FrameType
 
 from gpupool.cli.main import main as cli_main
 
-profiler = cProfile.Profile()
+profiler = cProfile.Profile(time.thread_time)  # CPU time: a write preempted is not counted
 
 
 def start(_sig: int, _frame: FrameType | None) -> None:
