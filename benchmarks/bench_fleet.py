@@ -107,8 +107,11 @@ class Server:
             self.db_url = url.render_as_string(hide_password=False)
         else:
             self.db_url = f"sqlite:///{root / 'home' / 'gpupool.db'}"
+        launcher = ["-m", "gpupool.cli"]
+        if args.profile and first is None:
+            launcher = [str(Path(__file__).with_name("profiled_server.py")), args.profile]
         cmd = [
-            sys.executable, "-m", "gpupool.cli", "server", "--home", str(root / "home"),
+            sys.executable, *launcher, "server", "--home", str(root / "home"),
             "--port", str(self.port), "--database-url", self.db_url,
             "--heartbeat", str(args.interval), "--node-timeout", str(args.node_timeout),
             "--workers", str(args.workers), "--leader-lease", str(args.leader_lease),
@@ -275,7 +278,11 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
         ):
             steady = (time.monotonic(), cpu(), len(stats.beat_latency))
             steady_latency_from = len(stats.beat_latency)
+            if args.profile:
+                server.proc.send_signal(signal.SIGUSR1)  # profiled_server.py: start
     cpu1, t1 = cpu(), time.monotonic()
+    if args.profile:
+        server.proc.send_signal(signal.SIGUSR2)  # profiled_server.py: write the profile
     stop.set()
     await jobs
     await fleet
@@ -343,6 +350,11 @@ def main() -> None:
     )
     parser.add_argument("--freeze-s", type=float, default=30.0, help="how long it stays stopped")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--profile",
+        metavar="OUT.prof",
+        help="cProfile the first server's event loop over the steady part (profiled_server.py)",
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.nodes + 256)), hard))

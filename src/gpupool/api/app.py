@@ -50,6 +50,7 @@ from gpupool.api.routers import (
     users,
 )
 from gpupool.api.shedding import AgentShedding, watch
+from gpupool.api.shortway import AgentShortWay
 from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
@@ -129,6 +130,7 @@ def create_app(
     app.state.admin_token_path = token_path
     app.state.trusted_proxies = parse_networks(cp.settings.trusted_proxies)
     errors.install(app)
+    app.add_middleware(AgentShortWay)  # innermost: quiet heartbeats, long polls skip routing
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(AgentShedding, cp=cp)  # outermost: sheds before anything else runs
     openapi.install(app, metrics_token=cp.settings.metrics_token)

@@ -85,6 +85,7 @@ def serve(
     import uvicorn
 
     from gpupool.api.app import SETTINGS_ENV
+    from gpupool.cli.serverhttp import CoalescingHttpTools
     from gpupool.control.bootstrap import bootstrap
     from gpupool.control.context import ControlPlane
 
@@ -130,6 +131,8 @@ def serve(
         # X-Forwarded-For is read by the app, from the proxies the admin named only
         # (gpupool.api.clientaddr): uvicorn's own reading trusts 127.0.0.1 by default.
         "proxy_headers": False,
+        # uvicorn's httptools protocol, a response's writes sent as one (cli/serverhttp.py)
+        "http": CoalescingHttpTools,
     }
     if app is not None:
         board = app.state.services.cp.orders

@@ -1,0 +1,208 @@
+"""The agents' hot calls' short way through the API: answered before FastAPI's routing.
+
+A fleet's heartbeats are mostly quiet (nothing new since the last one: see
+``control/machinery/settled.py``) and answered from memory on the event loop; what such a
+heartbeat still cost was the web framework around it: matching the path against every route,
+solving the route's dependencies, validating the body through FastAPI's field machinery, the
+exception and exit-stack layers (three quarters of the server's time on the loop for a quiet
+200-node fleet; docs/benchmarks.md, "A fleet of agents").
+
+:class:`AgentShortWay` is an ASGI middleware, inside the load shedding and the body limit
+(``api/app.py``), that takes two calls when everything about them is plainly fine and answers
+them itself. ``POST /v1/agent/heartbeat``, with:
+
+- a JSON body with a declared length of at most ``MAX_QUIET_BODY`` bytes (a quiet or delta
+  heartbeat is a few hundred bytes; the full state of a big node goes the long way);
+- a bearer token found in the principal cache (``ControlPlane.principals``: the same cache the
+  route's ``principal`` dependency reads first), whose principal may act as an agent;
+- a body that :class:`~gpupool.schemas.agent.HeartbeatRequest` accepts (parsed as FastAPI does:
+  ``json.loads``, then the model's validation);
+- and an answer from :meth:`HeartbeatService.quietly` (quiet, or a delta to be sent in full).
+
+Anything else (no or unknown token, a token of another role, a body that does not parse or
+validate, a heartbeat with news, any error) goes on to the route unchanged, with the body
+bytes already read handed on as they came: the route checks it again and answers the 401, 403
+or 422 exactly as before, and applies a heartbeat with news in a worker thread. So no check is
+skipped here; only the happy quiet path is shorter. The answer's bytes are the route's
+(``HeartbeatResponse`` as JSON, without the delta fields for an agent that sends no ``seq``).
+
+And the long poll, ``GET /v1/agent/nodes/{name}/orders?since=S&timeout=T`` (each node holds
+one: a fifth as many calls as heartbeats at the default intervals, each of which cost more than
+a quiet heartbeat through the framework), with a cached agent token and a query of at most
+those two keys, each once, written plainly (``since`` an integer from -1 to 2**62, ``timeout``
+a decimal from 0 to 60): it waits on the order board as the route does
+(``ControlPlane.orders.wait``) and answers the route's ``OrdersAnswer``. Any other query (a
+bound crossed, ``1e1``, a key twice, an unknown key) goes to the route, which answers it as
+before (a 422 that names the parameter, or ignoring an unknown key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from gpupool.api.deps import Services, actor_of
+from gpupool.control.services.auth import Principal
+from gpupool.domain.errors import GpupoolError
+from gpupool.domain.users import Permission
+from gpupool.schemas.agent import DELTA_ANSWER_FIELDS, HeartbeatRequest, OrdersAnswer
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PATH = "/v1/agent/heartbeat"
+#: The long poll's path (``[^/]+``: Starlette's ``{name}``).
+ORDERS = re.compile(r"^/v1/agent/nodes/([^/]+)/orders$")
+_SINCE = re.compile(rb"^-?[0-9]{1,19}$")
+_TIMEOUT = re.compile(rb"^[0-9]{1,3}(\.[0-9]{1,9})?$")
+#: The largest body taken the short way (bytes, as declared by ``Content-Length``).
+MAX_QUIET_BODY = 64 * 1024
+_UNKNOWN = frozenset(DELTA_ANSWER_FIELDS)
+
+
+def _headers(scope: Scope) -> tuple[int | None, bool, str | None]:
+    """``(declared length, JSON content type, bearer secret)`` of the request."""
+    length: int | None = None
+    is_json = False
+    secret: str | None = None
+    for key, value in scope.get("headers", ()):
+        if key == b"content-length":
+            text = value.strip()
+            length = int(text) if text.isdigit() and len(text) <= 19 else None
+        elif key == b"content-type":
+            is_json = value.split(b";", 1)[0].strip().lower() == b"application/json"
+        elif key == b"authorization":
+            scheme, _, rest = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and rest.strip():
+                secret = rest.strip()
+    return length, is_json, secret
+
+
+class AgentShortWay:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+        elif scope.get("path") == PATH and scope.get("method") == "POST":
+            await self._heartbeat(scope, receive, send)
+        elif scope.get("method") == "GET" and (found := ORDERS.match(scope.get("path", ""))):
+            await self._orders(scope, receive, send, found.group(1))
+        else:
+            await self.app(scope, receive, send)
+
+    def _agent(self, scope: Scope, secret: str | None) -> Principal | None:
+        """The caller when its token is in the principal cache and it may act as an agent."""
+        if secret is None:
+            return None
+        svc: Services = scope["app"].state.services
+        who = svc.cp.principals.get(secret, svc.cp.now())
+        return who if who is not None and who.can(Permission.AGENT) else None
+
+    async def _orders(self, scope: Scope, receive: Receive, send: Send, node: str) -> None:
+        query = _orders_query(scope.get("query_string", b""))
+        if query is None or self._agent(scope, _headers(scope)[2]) is None:
+            await self.app(scope, receive, send)
+            return
+        since, timeout = query
+        svc: Services = scope["app"].state.services
+        seq = await svc.cp.orders.wait(node, since, timeout)
+        await _json(send, OrdersAnswer(seq=seq, changed=seq > since).model_dump_json().encode())
+
+    async def _heartbeat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        length, is_json, secret = _headers(scope)
+        who = self._agent(scope, secret)
+        if length is None or length > MAX_QUIET_BODY or not is_json or who is None:
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request":
+                break  # a disconnect: the route sees it too
+            body += message.get("body", b"")
+            more = bool(message.get("more_body", False)) and len(body) <= length
+        answer = None
+        if not more and len(body) == length:
+            answer = self._answer(scope, receive, who, body)
+        if answer is None:
+            await self.app(scope, _replay(received, receive), send)
+            return
+        await _json(send, answer)
+
+    @staticmethod
+    def _answer(scope: Scope, receive: Receive, who: Principal, body: bytes) -> bytes | None:
+        """The quiet answer's bytes, or ``None``: let the route take the request."""
+        try:
+            req = HeartbeatRequest.model_validate(json.loads(body))
+        except (ValueError, ValidationError, RecursionError):  # the route answers the 422
+            return None
+        svc: Services = scope["app"].state.services
+        act = actor_of(Request(scope, receive), who)
+        try:
+            answer = svc.heartbeat.quietly(act, req)
+        except GpupoolError:
+            return None  # the route raises it again, answered as every error is
+        if answer is None:
+            return None
+        unknown = set(_UNKNOWN) if req.seq is None else None
+        return answer.model_dump_json(exclude=unknown).encode()
+
+
+def _orders_query(raw: bytes) -> tuple[int, float] | None:
+    """``(since, timeout)`` from a plainly written query (defaults -1 and 25 s, as the
+    route's), or ``None``: let the route read it."""
+    values: dict[bytes, bytes] = {}
+    for part in raw.split(b"&") if raw else ():
+        key, eq, value = part.partition(b"=")
+        if not eq or key not in (b"since", b"timeout") or key in values:
+            return None
+        values[key] = value
+    since_raw, timeout_raw = values.get(b"since", b"-1"), values.get(b"timeout", b"25")
+    if not _SINCE.match(since_raw) or not _TIMEOUT.match(timeout_raw):
+        return None
+    since, timeout = int(since_raw), float(timeout_raw)
+    if not -1 <= since <= 2**62 or not 0 <= timeout <= 60:
+        return None
+    return since, timeout
+
+
+async def _json(send: Send, body: bytes) -> None:
+    """A ``200`` with a JSON body, as a route's ``Response(..., media_type=...)`` sends it."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-length", str(len(body)).encode()),
+                (b"content-type", b"application/json"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _replay(received: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that gives the messages already read, then reads on."""
+    pending = list(received)
+
+    async def again() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return again
