@@ -3,7 +3,8 @@
 One :class:`Agent` per node. Its loop (:meth:`Agent.run`) does, every ``local_tick_s``:
 
 1. **observe** every replica through the executor (cheap: one small file read each);
-2. **heartbeat** when the interval has passed or a replica changed state: sample the GPUs once,
+2. **heartbeat** when the interval has passed (on an idle node, a third of the node timeout:
+   :meth:`Agent.spacing`) or a replica changed state: sample the GPUs once,
    fold health, run the memory watchdog and the pressure rule, send telemetry and the full list of
    replica states, then act on the answer.
 
@@ -89,6 +90,10 @@ log = logging.getLogger("gpupool.agent")
 LONG_POLL_S = 25.0
 #: The longest an agent with no replica sleeps between two looks at its loop (seconds).
 IDLE_TICK_S = 1.0
+#: An idle agent (no replica, nothing new in its last round) heartbeats every this share of the
+#: server's node timeout when that is longer than its interval: three beats per timeout, as
+#: Slurm's slurmctld pings a node three times per ``SlurmdTimeout`` (see :meth:`Agent.spacing`).
+IDLE_BEATS_PER_TIMEOUT = 3
 
 
 @runtime_checkable
@@ -446,7 +451,7 @@ class Agent(Launcher):
                         log.info("server reachable again; state reconciled")
                     self.backoff.reset()
                     self.last_error = None
-                    next_beat = mono() + self.interval_s
+                    next_beat = mono() + self.spacing()
                 except ServerUnavailable as exc:
                     if not isinstance(exc, ServerSilent):
                         self.contact()  # an answer, even an error: not cut off
@@ -468,6 +473,20 @@ class Agent(Launcher):
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             self._sleep(stop, max(0.0, next_beat - mono()))
+
+    def spacing(self) -> float:
+        """The wait until the next heartbeat after one that was answered.
+
+        The server's interval while the node has replicas (their states, exits and GPU use are
+        what heartbeats carry, and the fence counts on them) or more to say at once. An idle
+        node has nothing to report but that it lives, which the server needs only once per node
+        timeout: it beats every ``1/IDLE_BEATS_PER_TIMEOUT`` of it (10 s against the default
+        30 s, so two beats may be lost before the node is judged), never more rarely than the
+        interval. New orders do not wait for it: the long poll wakes the loop at once."""
+        timeout = self.fence.node_timeout_s
+        if self.replicas or self._beat_now.is_set() or timeout is None:
+            return self.interval_s
+        return max(self.interval_s, timeout / IDLE_BEATS_PER_TIMEOUT)
 
     def _retry_wait(self, retry_after_s: float | None) -> float:
         """The wait before the next try after an error answer: the backoff, at least a busy
