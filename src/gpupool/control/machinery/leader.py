@@ -108,7 +108,8 @@ class Leadership:
     def _renew(self) -> bool:
         started = self.cp.clock.monotonic()
         try:
-            with self.cp.tx() as s:
+            # Not durable: a renewal lost in a power cut only ends the lease sooner (store/db.py).
+            with self.cp.tx(durable=False) as s:
                 row = s.get(LeaderModel, 1, with_for_update=True)
                 if row is None or row.epoch != self.cp.epoch:
                     holder = row.holder if row is not None else "nobody"
