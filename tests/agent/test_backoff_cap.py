@@ -32,23 +32,3 @@ def test_an_agent_caps_its_retries_at_the_servers_heartbeat_interval(tmp_path: P
         assert agent.backoff.cap_s == 0.2
     finally:
         agent.close()
-
-
-def test_an_idle_agent_beats_every_third_of_the_node_timeout_but_at_once_for_orders(
-    tmp_path: Path,
-) -> None:
-    server = FakeServer()
-    agent = make_agent(tmp_path, server)
-    try:
-        agent.register()
-        agent.fence.node_timeout_s = None  # an older server tells no node timeout
-        assert agent.spacing() == agent.interval_s
-        agent.fence.node_timeout_s = 30.0
-        assert agent.spacing() == 10.0  # idle: three beats per node timeout
-        agent._beat_now.set()  # orders are waiting: the next beat is not put off
-        assert agent.spacing() == agent.interval_s
-        agent._beat_now.clear()
-        agent.fence.node_timeout_s = 0.3  # a timeout shorter than three intervals
-        assert agent.spacing() == agent.interval_s  # never more often than the interval
-    finally:
-        agent.close()

@@ -94,6 +94,9 @@ IDLE_TICK_S = 1.0
 #: server's node timeout when that is longer than its interval: three beats per timeout, as
 #: Slurm's slurmctld pings a node three times per ``SlurmdTimeout`` (see :meth:`Agent.spacing`).
 IDLE_BEATS_PER_TIMEOUT = 3
+#: The longest the fence's watch sleeps on a node with no replica (seconds; see
+#: :meth:`Agent._fence_wait`).
+IDLE_FENCE_WAIT_S = 10.0
 
 
 @runtime_checkable
@@ -164,6 +167,7 @@ class Agent(Launcher):
         # The fence is checked by its own thread, since a heartbeat to a silent server blocks
         # the loop for a whole request timeout; this lock orders its checks with contacts.
         self._fence_lock = threading.Lock()
+        self._fence_nudge = threading.Event()  # the node timeout changed: the watch looks again
         self._meta_path = config.state_dir / "agent.json"
         self.agent_id = agent_identity(config.state_dir)
         meta = read_json(self._meta_path) or {}
@@ -290,7 +294,7 @@ class Agent(Launcher):
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
-        self.fence.node_timeout_s = answer.node_timeout_s
+        self._set_node_timeout(answer.node_timeout_s)
         self.contact()  # recorded with the node timeout: the supervisors may fence now
         self.registered = True
 
@@ -386,7 +390,7 @@ class Agent(Launcher):
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
-        self.fence.node_timeout_s = answer.node_timeout_s
+        self._set_node_timeout(answer.node_timeout_s)
         if not answer.registered:
             self.registered = False
             return
@@ -517,10 +521,31 @@ class Agent(Launcher):
             except OSError as exc:  # a full disk: the supervisors fence as if silent
                 log.warning("cannot record the server's contact: %s", exc)
 
+    def _set_node_timeout(self, timeout_s: float | None) -> None:
+        if timeout_s != self.fence.node_timeout_s:
+            self.fence.node_timeout_s = timeout_s
+            self._fence_nudge.set()
+
     def _watch_fence(self, stop: threading.Event) -> None:
-        # The fence stops running replicas: with none, a slower watch loses nothing.
-        while not stop.wait(self.config.local_tick_s if self.replicas else IDLE_TICK_S):
-            self.check_fence()
+        while not stop.is_set():
+            if self.replicas:
+                stop.wait(self.config.local_tick_s)
+            else:
+                self._fence_nudge.wait(self._fence_wait())
+                self._fence_nudge.clear()
+            if not stop.is_set():
+                self.check_fence()
+
+    def _fence_wait(self) -> float:
+        """How long the watch of a node with no replica sleeps: the fence stops replicas, so
+        with none it only needs to look again when one could be due, which is no sooner than
+        the fence itself could be (:meth:`Fence.due_in`; a new replica comes with a contact,
+        which puts that moment off), at least ``IDLE_TICK_S`` and at most
+        ``IDLE_FENCE_WAIT_S``; a changed node timeout wakes it at once."""
+        left = self.fence.due_in(self.clock.monotonic())
+        if left is None:
+            return IDLE_FENCE_WAIT_S
+        return min(IDLE_FENCE_WAIT_S, max(IDLE_TICK_S, left))
 
     def check_fence(self) -> bool:
         """Stop every running replica when the server has not answered for half its node
