@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from gpupool.control.bootstrap import bootstrap
@@ -133,36 +133,3 @@ def test_a_leader_frozen_inside_a_transaction_on_postgres_is_replaced(
     finally:
         standby.close()
         leader.close()
-
-
-def test_a_renewal_commits_without_waiting_for_the_disk_and_other_writes_still_do(
-    cp: ControlPlane, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The lease renewal, every ``leader_lease_s / 3`` even on an idle pool, skips SQLite's
-    fsync (a lost renewal only ends the lease sooner); every other write keeps it."""
-    if not cp.sqlite:
-        pytest.skip("SQLite's synchronous level")
-    leader = Leadership(cp)
-    assert leader.try_acquire()
-    asked: list[bool] = []
-    tx = cp.tx
-
-    def spy(*, read_only: bool = False, durable: bool = True):  # type: ignore[no-untyped-def]
-        asked.append(durable)
-        return tx(read_only=read_only, durable=durable)
-
-    monkeypatch.setattr(cp, "tx", spy)
-    clock.advance(cp.settings.leader_lease_s * 0.6)
-    assert leader.renew()
-    assert asked == [False]
-    with cp.read() as s:
-        row = s.get(LeaderModel, 1)
-        assert row is not None
-        assert row.expires == pytest.approx(cp.now() + cp.settings.leader_lease_s)
-    monkeypatch.undo()
-    for _ in range(3):  # whichever pooled connection: the level follows the transaction
-        with cp.tx(durable=False) as s:
-            assert s.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
-        with cp.tx() as s:
-            assert s.execute(text("PRAGMA synchronous")).scalar() == 2  # FULL
-    leader.release()

@@ -32,13 +32,7 @@ from gpupool.control.notify import NOTICES, Notifier
 from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
-from gpupool.store.db import (
-    NOT_DURABLE,
-    READ_ONLY,
-    is_sqlite,
-    make_engine,
-    session_factory,
-)
+from gpupool.store.db import READ_ONLY, is_sqlite, make_engine, session_factory
 from gpupool.store.notify import ORDERS_CHANNEL, WAKE_CHANNEL, Listener, parse, publish, send
 from gpupool.store.schema import ensure_schema
 
@@ -78,7 +72,6 @@ class ControlPlane:
         self.engine = engine or make_engine(settings.database_url)
         self.sessions = session_factory(self.engine)
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
-        self.lax_sessions = session_factory(self.engine.execution_options(**{NOT_DURABLE: True}))
         self.wakeup = threading.Event()
         self.orders = OrderBoard()  # new starts/stops per node, for agents' long polls
         # this process, in the notices it sends other processes (see store/notify.py)
@@ -114,17 +107,12 @@ class ControlPlane:
         return self.tx(read_only=True)
 
     @contextmanager
-    def tx(self, *, read_only: bool = False, durable: bool = True) -> Iterator[Session]:
+    def tx(self, *, read_only: bool = False) -> Iterator[Session]:
         """A transaction: commits on success, rolls back on error; DB outages become 503.
 
         ``read_only`` transactions must not write; on SQLite they do not take the write lock.
-        ``durable=False``: a write whose loss in a power cut harms nothing (the lease renewal);
-        on SQLite its commit does not wait for the disk (:data:`~gpupool.store.db.NOT_DURABLE`).
         """
-        if read_only:
-            factory = self.read_sessions
-        else:
-            factory = self.sessions if durable else self.lax_sessions
+        factory = self.read_sessions if read_only else self.sessions
         # SQLite has one writer at a time; queueing writers on a lock here is fairer and much
         # faster than letting them spin in SQLite's busy handler (which sleeps up to 100 ms).
         gate = self._write_gate if self.sqlite and not read_only else contextlib.nullcontext()

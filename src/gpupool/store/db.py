@@ -130,21 +130,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 READ_ONLY = "gpupool_read_only"
 
 
-#: Execution option marking a write whose loss in a power cut harms nothing: the renewal of
-#: the scheduling lease (control/machinery/leader.py), every ``leader_lease_s / 3`` seconds
-#: even on an idle pool. A lost renewal only makes the lease look expired sooner, and the host
-#: that lost it lost its server with it. SQLite commits such a transaction without waiting for
-#: the disk (``synchronous=NORMAL``: no fsync; the next ordinary commit's fsync of the WAL
-#: covers it); every other transaction keeps ``synchronous=FULL``.
-NOT_DURABLE = "gpupool_not_durable"
-
-
 def _sqlite_begin(conn: Any) -> None:
-    # The connection's synchronous level follows the transaction's option (set only on a change).
-    lax = bool(conn.get_execution_options().get(NOT_DURABLE))
-    if bool(conn.info.get(NOT_DURABLE)) != lax:
-        conn.exec_driver_sql("PRAGMA synchronous=NORMAL" if lax else "PRAGMA synchronous=FULL")
-        conn.info[NOT_DURABLE] = lax
     # IMMEDIATE takes the write lock at BEGIN, so read-then-write transactions never deadlock;
     # read-only transactions begin DEFERRED and run beside the writer (WAL readers never block).
     if conn.get_execution_options().get(READ_ONLY):

@@ -108,8 +108,7 @@ class Leadership:
     def _renew(self) -> bool:
         started = self.cp.clock.monotonic()
         try:
-            # Not durable: a renewal lost in a power cut only ends the lease sooner (store/db.py).
-            with self.cp.tx(durable=False) as s:
+            with self.cp.tx() as s:
                 row = s.get(LeaderModel, 1, with_for_update=True)
                 if row is None or row.epoch != self.cp.epoch:
                     holder = row.holder if row is not None else "nobody"
