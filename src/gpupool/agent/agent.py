@@ -3,7 +3,8 @@
 One :class:`Agent` per node. Its loop (:meth:`Agent.run`) does, every ``local_tick_s``:
 
 1. **observe** every replica through the executor (cheap: one small file read each);
-2. **heartbeat** when the interval has passed or a replica changed state: sample the GPUs once,
+2. **heartbeat** when the interval has passed (on an idle node, a third of the node timeout:
+   :meth:`Agent.spacing`) or a replica changed state: sample the GPUs once,
    fold health, run the memory watchdog and the pressure rule, send telemetry and the full list of
    replica states, then act on the answer.
 
@@ -89,6 +90,13 @@ log = logging.getLogger("gpupool.agent")
 LONG_POLL_S = 25.0
 #: The longest an agent with no replica sleeps between two looks at its loop (seconds).
 IDLE_TICK_S = 1.0
+#: An idle agent (no replica, nothing new in its last round) heartbeats every this share of the
+#: server's node timeout when that is longer than its interval: three beats per timeout, as
+#: Slurm's slurmctld pings a node three times per ``SlurmdTimeout`` (see :meth:`Agent.spacing`).
+IDLE_BEATS_PER_TIMEOUT = 3
+#: The longest the fence's watch sleeps on a node with no replica (seconds; see
+#: :meth:`Agent._fence_wait`).
+IDLE_FENCE_WAIT_S = 10.0
 
 
 @runtime_checkable
@@ -159,6 +167,7 @@ class Agent(Launcher):
         # The fence is checked by its own thread, since a heartbeat to a silent server blocks
         # the loop for a whole request timeout; this lock orders its checks with contacts.
         self._fence_lock = threading.Lock()
+        self._fence_nudge = threading.Event()  # the node timeout changed: the watch looks again
         self._meta_path = config.state_dir / "agent.json"
         self.agent_id = agent_identity(config.state_dir)
         meta = read_json(self._meta_path) or {}
@@ -285,7 +294,7 @@ class Agent(Launcher):
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
-        self.fence.node_timeout_s = answer.node_timeout_s
+        self._set_node_timeout(answer.node_timeout_s)
         self.contact()  # recorded with the node timeout: the supervisors may fence now
         self.registered = True
 
@@ -381,7 +390,7 @@ class Agent(Launcher):
         self._see_epoch(answer.epoch)
         self.interval_s = answer.heartbeat_interval_s
         self.backoff.cap_at(self.interval_s)
-        self.fence.node_timeout_s = answer.node_timeout_s
+        self._set_node_timeout(answer.node_timeout_s)
         if not answer.registered:
             self.registered = False
             return
@@ -446,7 +455,7 @@ class Agent(Launcher):
                         log.info("server reachable again; state reconciled")
                     self.backoff.reset()
                     self.last_error = None
-                    next_beat = mono() + self.interval_s
+                    next_beat = mono() + self.spacing()
                 except ServerUnavailable as exc:
                     if not isinstance(exc, ServerSilent):
                         self.contact()  # an answer, even an error: not cut off
@@ -468,6 +477,20 @@ class Agent(Launcher):
                 self.mps.ensure()
                 next_mps_check = now + 60.0
             self._sleep(stop, max(0.0, next_beat - mono()))
+
+    def spacing(self) -> float:
+        """The wait until the next heartbeat after one that was answered.
+
+        The server's interval while the node has replicas (their states, exits and GPU use are
+        what heartbeats carry, and the fence counts on them) or more to say at once. An idle
+        node has nothing to report but that it lives, which the server needs only once per node
+        timeout: it beats every ``1/IDLE_BEATS_PER_TIMEOUT`` of it (10 s against the default
+        30 s, so two beats may be lost before the node is judged), never more rarely than the
+        interval. New orders do not wait for it: the long poll wakes the loop at once."""
+        timeout = self.fence.node_timeout_s
+        if self.replicas or self._beat_now.is_set() or timeout is None:
+            return self.interval_s
+        return max(self.interval_s, timeout / IDLE_BEATS_PER_TIMEOUT)
 
     def _retry_wait(self, retry_after_s: float | None) -> float:
         """The wait before the next try after an error answer: the backoff, at least a busy
@@ -498,10 +521,31 @@ class Agent(Launcher):
             except OSError as exc:  # a full disk: the supervisors fence as if silent
                 log.warning("cannot record the server's contact: %s", exc)
 
+    def _set_node_timeout(self, timeout_s: float | None) -> None:
+        if timeout_s != self.fence.node_timeout_s:
+            self.fence.node_timeout_s = timeout_s
+            self._fence_nudge.set()
+
     def _watch_fence(self, stop: threading.Event) -> None:
-        # The fence stops running replicas: with none, a slower watch loses nothing.
-        while not stop.wait(self.config.local_tick_s if self.replicas else IDLE_TICK_S):
-            self.check_fence()
+        while not stop.is_set():
+            if self.replicas:
+                stop.wait(self.config.local_tick_s)
+            else:
+                self._fence_nudge.wait(self._fence_wait())
+                self._fence_nudge.clear()
+            if not stop.is_set():
+                self.check_fence()
+
+    def _fence_wait(self) -> float:
+        """How long the watch of a node with no replica sleeps: the fence stops replicas, so
+        with none it only needs to look again when one could be due, which is no sooner than
+        the fence itself could be (:meth:`Fence.due_in`; a new replica comes with a contact,
+        which puts that moment off), at least ``IDLE_TICK_S`` and at most
+        ``IDLE_FENCE_WAIT_S``; a changed node timeout wakes it at once."""
+        left = self.fence.due_in(self.clock.monotonic())
+        if left is None:
+            return IDLE_FENCE_WAIT_S
+        return min(IDLE_FENCE_WAIT_S, max(IDLE_TICK_S, left))
 
     def check_fence(self) -> bool:
         """Stop every running replica when the server has not answered for half its node

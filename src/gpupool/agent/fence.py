@@ -87,6 +87,14 @@ class Fence:
             return False
         return now - self.last_contact >= FENCE_AT * self.node_timeout_s
 
+    def due_in(self, now: float) -> float | None:
+        """Seconds until :meth:`due` could first be true (0 when it is); ``None`` while it
+        cannot be (no node timeout, or fenced already) until the next contact. A contact only
+        puts the moment off, so a watch that sleeps until then misses nothing."""
+        if self.node_timeout_s is None or self.fenced:
+            return None
+        return max(0.0, self.last_contact + FENCE_AT * self.node_timeout_s - now)
+
     def grace(self, now: float, wanted_s: float) -> float:
         """The grace a replica gets: its own, cut so that the kill lands by :data:`KILL_BY`."""
         assert self.node_timeout_s is not None

@@ -1,0 +1,90 @@
+"""An idle agent sleeps (issue 26: the idle pool under 0.1 CPU-s a minute): with no replica it
+heartbeats every third of the node timeout and its fence's watch sleeps until the fence could
+be due; orders and a changed node timeout still wake them at once."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpupool.agent import agent as agent_module
+from gpupool.agent.agent import IDLE_FENCE_WAIT_S, IDLE_TICK_S
+from gpupool.control.machinery.clock import ManualClock
+from gpupool.schemas.agent import HeartbeatResponse
+from tests.agent.helpers import wait_for
+from tests.agent.test_agent import FakeServer, make_agent
+
+
+def test_an_idle_agent_beats_every_third_of_the_node_timeout_but_at_once_for_orders(
+    tmp_path: Path,
+) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server)
+    try:
+        agent.register()
+        agent.fence.node_timeout_s = None  # an older server tells no node timeout
+        assert agent.spacing() == agent.interval_s
+        agent.fence.node_timeout_s = 30.0
+        assert agent.spacing() == 10.0  # idle: three beats per node timeout
+        agent._beat_now.set()  # orders are waiting: the next beat is not put off
+        assert agent.spacing() == agent.interval_s
+        agent._beat_now.clear()
+        agent.fence.node_timeout_s = 0.3  # a timeout shorter than three intervals
+        assert agent.spacing() == agent.interval_s  # never more often than the interval
+    finally:
+        agent.close()
+
+
+def test_an_idle_agents_fence_watch_sleeps_until_the_fence_could_be_due(tmp_path: Path) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server, clock=ManualClock(1000.0))
+    try:
+        agent.register()
+        now = agent.clock.monotonic()
+        agent.fence.contact(now)
+        agent.fence.node_timeout_s = 30.0  # due 15 s after the contact: the cap applies
+        assert agent._fence_wait() == IDLE_FENCE_WAIT_S
+        agent.fence.node_timeout_s = 6.0  # due 3 s after the contact
+        assert agent._fence_wait() == 3.0
+        agent.fence.node_timeout_s = 1.0  # due in 0.5 s: never a busy loop
+        assert agent._fence_wait() == IDLE_TICK_S
+        agent.fence.fenced = True  # nothing can be due until the next contact
+        assert agent._fence_wait() == IDLE_FENCE_WAIT_S
+    finally:
+        agent.close()
+
+
+def test_a_changed_node_timeout_wakes_the_sleeping_fence_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its idle sleep made an hour: only the nudge can make it look again within the test.
+    monkeypatch.setattr(agent_module, "IDLE_FENCE_WAIT_S", 3600.0)
+    server = FakeServer()
+    agent = make_agent(tmp_path, server)
+    stop = threading.Event()
+    checks: list[float] = []
+    check = agent.check_fence
+
+    def counted() -> bool:
+        checks.append(agent.clock.monotonic())
+        return check()
+
+    agent.check_fence = counted  # type: ignore[method-assign]
+    watch = threading.Thread(target=agent._watch_fence, args=(stop,), daemon=True)
+    try:
+        agent.register()
+        agent.fence.node_timeout_s = 600.0
+        agent.fence.contact(agent.clock.monotonic())
+        watch.start()
+        agent.handle(
+            HeartbeatResponse(epoch=agent.epoch, heartbeat_interval_s=0.2, node_timeout_s=2.0)
+        )
+        wait_for(lambda: checks, what="the fence checked after the node timeout changed")
+        assert agent.fence.node_timeout_s == 2.0
+    finally:
+        stop.set()
+        agent._fence_nudge.set()
+        watch.join(timeout=20)
+        agent.close()

@@ -1,0 +1,55 @@
+"""End to end: an idle node heartbeats quietly, yet is judged in time and gets work at once.
+
+An agent with no replica beats every third of the node timeout instead of every interval
+(``Agent.spacing``, issue 26: the idle pool sleeps). What must not change along the user's
+path: the idle node is never marked down for beating less often, a node that dies is still
+marked down, and a job submitted to a pool idle for long starts through the long poll, not at
+the next quiet beat. Real ``gpupool server`` and ``gpupool agent`` processes; no timing
+assertion (the waits are bounds on the behaviour, generous for a loaded machine).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.e2e.pool import Pool, wait_for
+
+#: With a 0.5 s interval an idle agent beats every 3 s, so a node timeout is two lost beats.
+NODE_TIMEOUT_S = 9.0
+
+
+def _downs(pool: Pool, node: str) -> list[object]:
+    return [
+        e for e in pool.get("/v1/events") if e.get("kind") == "node.down" and e["subject"] == node
+    ]
+
+
+def test_an_idle_node_stays_up_across_node_timeouts_and_goes_down_when_its_agent_dies(
+    tmp_path: Path,
+) -> None:
+    with Pool.running(tmp_path, {"n1": "2xA100-80GB"}, node_timeout_s=NODE_TIMEOUT_S) as pool:
+        # The scenario: nothing to do for three node timeouts, the agent beating quietly.
+        time.sleep(3 * NODE_TIMEOUT_S)
+        node = pool.node("n1")
+        assert node is not None
+        assert node["state"] == "up", node
+        assert _downs(pool, "n1") == []
+        pool.kill_agent("n1")
+        wait_for(
+            lambda: (pool.node("n1") or {}).get("state") == "down",
+            timeout=6 * NODE_TIMEOUT_S,
+            what="the dead idle node marked down",
+        )
+
+
+def test_a_job_submitted_to_a_pool_idle_for_long_starts_without_waiting_for_a_quiet_beat(
+    tmp_path: Path,
+) -> None:
+    # A 300 s node timeout: the idle agent beats every 100 s; the job must not wait for that.
+    with Pool.running(tmp_path, {"n1": "2xA100-80GB"}, node_timeout_s=300.0) as pool:
+        time.sleep(5.0)  # past its first beats: the agent sleeps in its quiet spacing
+        job = pool.submit("after-idle", resources={"gpus": "0.5"})
+        pool.wait_state(job, "RUNNING", "COMPLETED", timeout=60)
+        done = pool.wait_state(job, "COMPLETED", timeout=60)
+        assert done["state"] == "COMPLETED"
