@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,13 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # (`--run-as agent`) unless a test names a mode. The tests of who jobs run as (issue 24) start
 # their pools without it (tests/e2e/test_hostile_job.py).
 os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
+# Tests press Ctrl-C on the CLI processes they start (`run`, `alloc`, `up`) as a person at a
+# terminal does. A suite started as a background job of a non-interactive shell (`make test &`,
+# some CI runners) begins with SIGINT ignored, and an ignored signal is inherited through exec:
+# every child would ignore the Ctrl-C. Python's own handler here is reset to the default in each
+# child instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
