@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from gpupool.store.models import AssignmentModel, LeaderModel
@@ -197,3 +199,43 @@ def test_a_frozen_leader_is_replaced_and_fenced_when_it_wakes(replicas: Replicas
         (pair.root / f"{name}.go").write_text("")
     for job_id in (frozen_job, later_job):
         wait_for(lambda j=job_id: pair.state(j) == "COMPLETED", 60, f"job {job_id} to finish")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_leader_frozen_inside_its_transaction_is_replaced_within_the_lease(
+    replicas: Replicas,
+) -> None:
+    """A leader frozen while it holds the lease row's lock (inside a scheduling commit or a
+    renewal) must not keep the standby waiting for PostgreSQL to end the idle transaction:
+    the standby ends that session once the lease has lapsed, takes over and schedules."""
+    pair = replicas
+    assert pair.a.proc is not None
+    first_epoch = _leader_epoch(pair.url)
+    # The frozen leader's own session, idle inside a transaction that locked the lease row
+    # (named as a server's session is; with no idle-in-transaction limit of its own, so only
+    # the standby can end it).
+    dsn = make_url(pair.url).set(drivername="postgresql").render_as_string(hide_password=False)
+    holder = psycopg.connect(
+        dsn,
+        application_name="gpupool-server frozen-leader",
+        options="-c idle_in_transaction_session_timeout=0",
+    )
+    try:
+        pair.a.proc.send_signal(signal.SIGSTOP)
+        holder.execute("SELECT epoch FROM leader WHERE id = 1 FOR UPDATE")
+        job = pair.submit(pair.b, "behind-a-frozen-commit")
+        # Without the standby ending it, the lock is held until the test lets go (never).
+        wait_for(lambda: _leads(pair.b) == "yes", 45, "the standby to take over")
+        wait_for(lambda: pair.state(job) == "RUNNING", 60, "the job to start")
+        assert _leader_epoch(pair.url) > first_epoch
+        assert "held the lapsed scheduling lease" in pair.b.tail(400)
+        with pytest.raises(psycopg.OperationalError):
+            holder.execute("SELECT 1")  # its session was ended: the commit it held is gone
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            holder.close()
+        pair.a.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: _leads(pair.a) == "no", 60, "the resumed server to step down")
+    (pair.root / "behind-a-frozen-commit.go").write_text("")
+    wait_for(lambda: pair.state(job) == "COMPLETED", 60, "the job to finish")

@@ -51,6 +51,8 @@ def is_db_down(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, OperationalError):
+        if getattr(exc.orig, "sqlstate", None) == "55P03":  # PostgreSQL: lock_timeout passed
+            return False
         message = str(exc.orig).lower() if exc.orig is not None else ""
         # SQLite's "database is locked" is contention, not an outage; everything else is.
         return "locked" not in message
@@ -69,7 +71,9 @@ class ControlPlane:
     ) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
-        self.engine = engine or make_engine(settings.database_url)
+        self.engine = engine or make_engine(
+            settings.database_url, application_name=f"gpupool-server {settings.server_id}"
+        )
         self.sessions = session_factory(self.engine)
         self.read_sessions = session_factory(self.engine.execution_options(**{READ_ONLY: True}))
         self.wakeup = threading.Event()

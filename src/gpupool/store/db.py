@@ -10,8 +10,9 @@ power cut), foreign keys on, and a busy timeout so concurrent writers queue inst
 PostgreSQL connections are checked before use (``pool_pre_ping``), so the server recovers on
 its own after the database comes back. A session that sits in an open transaction for
 ``IDLE_IN_TRANSACTION_S`` without sending anything (its process frozen by SIGSTOP or a pause
-mid-commit) is ended by PostgreSQL, so the row locks it held (the leader row among them) are
-freed and a standby can take over; the frozen server's commit then fails when it wakes.
+mid-commit) is ended by PostgreSQL, so the row locks it held are freed; the frozen server's
+commit then fails when it wakes. (A standby does not wait that long for the leader row: it
+ends a frozen leader's session itself once the lease has lapsed, control/machinery/leader.py.)
 
 **File modes.** The store holds uploads, job environments and token hashes, and the home holds
 the admin token: neither may be readable by a job running under another account. The SQLite
@@ -145,7 +146,11 @@ IDLE_IN_TRANSACTION_S = 60.0
 
 
 def make_engine(
-    url: str, *, pool_size: int = 10, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S
+    url: str,
+    *,
+    pool_size: int = 10,
+    idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S,
+    application_name: str = "gpupool",
 ) -> Engine:
     """An engine for ``url`` with gpupool's durability and recovery settings."""
     if is_sqlite(url):
@@ -169,6 +174,9 @@ def make_engine(
         pool_timeout=5,
         connect_args={
             "connect_timeout": 3,
+            # named in pg_stat_activity (an operator, or a standby ending a frozen leader's
+            # session: control/machinery/leader.py, sees whose it is)
+            "application_name": application_name,
             "options": "-c idle_in_transaction_session_timeout="
             f"{max(1, int(idle_in_transaction_s * 1000))}",
         },

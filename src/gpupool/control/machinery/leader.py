@@ -18,6 +18,15 @@ Words:
   whole lease (its own monotonic clock says so, whatever the store's row holds), stops leading
   and becomes a standby; a resumed frozen leader does so before it acts again (its lease is
   older than half a lease, so :meth:`Leadership.try_acquire` renews first and finds it lost).
+- **frozen holder** (PostgreSQL): a leader frozen inside a transaction (a scheduling commit,
+  a renewal) holds the lease row's lock, and a standby's ``FOR UPDATE`` would wait behind it
+  until PostgreSQL ends the idle transaction (``IDLE_IN_TRANSACTION_S``, a minute): no one
+  would schedule or judge silent nodes meanwhile. So a standby that finds the lease lapsed
+  waits at most ``lock_wait_s`` for the row, then ends (``pg_terminate_backend``) the store
+  sessions that hold it and have sat idle inside their transaction for ``frozen_after_s`` or
+  more, and takes the lease. Whatever the frozen server was about to commit is rolled back
+  with its session; when it wakes its next statement fails and its renewal finds the new
+  epoch, so it steps down (the epoch stays the fence; this only stops the wait).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -36,6 +45,26 @@ from gpupool.store.models import LeaderModel
 log = logging.getLogger("gpupool.control.machinery.leader")
 
 _STORE_ERRORS = (Unavailable, OperationalError, DBAPIError)
+#: PostgreSQL's SQLSTATE for a lock not granted within ``lock_timeout``.
+LOCK_NOT_AVAILABLE = "55P03"
+#: Store sessions that hold the lease row (its table's row-share lock, which ``FOR UPDATE``
+#: takes) and have been idle inside their transaction for ``:idle`` seconds or more.
+_FROZEN_HOLDERS = text(
+    """
+    SELECT a.pid, coalesce(a.application_name, ''),
+           extract(epoch FROM now() - a.state_change) AS idle_s
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'relation' AND l.relation = 'leader'::regclass
+      AND l.mode = 'RowShareLock' AND l.granted
+      AND a.pid <> pg_backend_pid()
+      AND a.state LIKE 'idle in transaction%'
+      AND a.state_change <= now() - make_interval(secs => :idle)
+    """
+)
+
+
+class _RowLocked(Exception):
+    """The lease row stayed locked past ``Leadership.lock_wait_s``."""
 
 
 class Leadership:
@@ -44,6 +73,10 @@ class Leadership:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.lease_s = cp.settings.leader_lease_s
+        #: How long a standby waits for the lapsed lease's row before it looks for a frozen
+        #: holder, and how long that holder must have been idle in its transaction.
+        self.lock_wait_s = min(1.0, self.lease_s / 3)
+        self.frozen_after_s = self.lease_s / 3
         self._renewed = 0.0  # monotonic time of the last successful take or renewal
         self._lock = threading.Lock()  # one take/renew/release at a time
         self._stop = threading.Event()
@@ -82,28 +115,72 @@ class Leadership:
                 held = s.get(LeaderModel, 1)
                 if held is not None and held.expires > self.cp.now():
                     return False
+            try:
+                taken = self._claim()
+            except _RowLocked:
+                if not self._end_frozen_holders():
+                    log.info("the lapsed scheduling lease's row is locked; will retry")
+                    return False
+                taken = self._claim()  # the frozen holder's lock went with its session
+        except (_RowLocked, *_STORE_ERRORS) as exc:
+            log.warning("could not take the scheduling lease: %s", exc)
+            return False
+        if taken is None:
+            return False
+        epoch, previous = taken
+        self.cp.epoch = epoch
+        self._renewed = started
+        after = f" (after {previous})" if previous else ""
+        log.info("this server leads scheduling, epoch %d%s", epoch, after)
+        return True
+
+    def _claim(self) -> tuple[int, str] | None:
+        """Take the lapsed lease in one transaction: ``(epoch, previous holder)``, or
+        ``None`` when another server's lease is in force. Raises :class:`_RowLocked` when
+        its row stayed locked for ``lock_wait_s`` (PostgreSQL: see "frozen holder" in the
+        module docstring)."""
+        try:
             with self.cp.tx() as s:
+                if not self.cp.sqlite:
+                    wait_ms = max(1, int(self.lock_wait_s * 1000))
+                    s.execute(text(f"SET LOCAL lock_timeout = {wait_ms}"))
                 row = s.get(LeaderModel, 1, with_for_update=True)
                 if row is None:
                     row = LeaderModel(id=1, epoch=0, holder="", since=0.0, expires=0.0)
                     s.add(row)
                 now = self.cp.now()
                 if row.expires > now:
-                    return False  # another server's lease is in force
+                    return None  # another server's lease is in force
                 previous = row.holder
                 row.epoch += 1
                 row.holder = self.cp.settings.server_id
                 row.since = now
                 row.expires = now + self.lease_s
-                epoch = row.epoch
-        except _STORE_ERRORS as exc:
-            log.warning("could not take the scheduling lease: %s", exc)
-            return False
-        self.cp.epoch = epoch
-        self._renewed = started
-        after = f" (after {previous})" if previous else ""
-        log.info("this server leads scheduling, epoch %d%s", epoch, after)
-        return True
+                return row.epoch, previous
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise _RowLocked(f"the lease row stayed locked for {self.lock_wait_s:g}s") from exc
+            raise
+
+    def _end_frozen_holders(self) -> bool:
+        """End the store sessions that hold the lapsed lease's row while idle in their
+        transaction for ``frozen_after_s`` or more (a frozen server's); returns whether any
+        was ended. Only called when the lease has lapsed and its row stayed locked."""
+        with self.cp.tx() as s:
+            held = s.execute(_FROZEN_HOLDERS, {"idle": self.frozen_after_s}).all()
+            ended = False
+            for pid, application, idle_s in held:
+                if s.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}):
+                    ended = True
+                    log.warning(
+                        "ended store session %d (%s) that held the lapsed scheduling lease "
+                        "while idle in its transaction for %.0fs (a frozen server): "
+                        "taking over scheduling",
+                        pid,
+                        application or "no application name",
+                        float(idle_s),
+                    )
+        return ended
 
     def _renew(self) -> bool:
         started = self.cp.clock.monotonic()
