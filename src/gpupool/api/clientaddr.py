@@ -47,9 +47,15 @@ def client_address(conn: HTTPConnection) -> str | None:
     """The caller's address (see the module docstring)."""
     peer = conn.client.host if conn.client is not None else None
     networks: tuple[Network, ...] = getattr(conn.app.state, "trusted_proxies", ())
+    return address_of(peer, networks, conn.headers.get("x-forwarded-for", ""))
+
+
+def address_of(peer: str | None, networks: tuple[Network, ...], forwarded: str) -> str | None:
+    """The caller's address from the peer's, the trusted proxies and ``X-Forwarded-For``
+    (for callers without a Starlette connection: the HTTP protocol's short way)."""
     if peer is None or not networks or not _within(peer, networks):
         return peer
-    hops = [h.strip() for h in conn.headers.get("x-forwarded-for", "").split(",") if h.strip()]
+    hops = [h.strip() for h in forwarded.split(",") if h.strip()]
     for hop in reversed(hops):
         if not _within(hop, networks):
             try:

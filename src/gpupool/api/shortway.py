@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.requests import Request
 
-from gpupool.api.deps import Services, actor_of
-from gpupool.control.services.auth import Principal
+from gpupool.api.clientaddr import Network, address_of
+from gpupool.api.deps import Services
+from gpupool.control.services.auth import Actor, Principal
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.users import Permission
 from gpupool.schemas.agent import DELTA_ANSWER_FIELDS, HeartbeatRequest, OrdersAnswer
@@ -66,14 +66,17 @@ _TIMEOUT = re.compile(rb"^[0-9]{1,3}(\.[0-9]{1,9})?$")
 #: The largest body taken the short way (bytes, as declared by ``Content-Length``).
 MAX_QUIET_BODY = 64 * 1024
 _UNKNOWN = frozenset(DELTA_ANSWER_FIELDS)
+#: Set in the scope by a caller below ASGI that already tried the quiet answer and got none
+#: (``gpupool.cli.serverhttp``): the middleware then passes the heartbeat on at once.
+TRIED = "gpupool.quiet_tried"
 
 
-def _headers(scope: Scope) -> tuple[int | None, bool, str | None]:
+def _headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int | None, bool, str | None]:
     """``(declared length, JSON content type, bearer secret)`` of the request."""
     length: int | None = None
     is_json = False
     secret: str | None = None
-    for key, value in scope.get("headers", ()):
+    for key, value in headers:
         if key == b"content-length":
             text = value.strip()
             length = int(text) if text.isdigit() and len(text) <= 19 else None
@@ -95,34 +98,27 @@ class AgentShortWay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
-        elif scope.get("path") == PATH and scope.get("method") == "POST":
+        elif scope.get("path") == PATH and scope.get("method") == "POST" and TRIED not in scope:
             await self._heartbeat(scope, receive, send)
         elif scope.get("method") == "GET" and (found := ORDERS.match(scope.get("path", ""))):
             await self._orders(scope, receive, send, found.group(1))
         else:
             await self.app(scope, receive, send)
 
-    def _agent(self, scope: Scope, secret: str | None) -> Principal | None:
-        """The caller when its token is in the principal cache and it may act as an agent."""
-        if secret is None:
-            return None
-        svc: Services = scope["app"].state.services
-        who = svc.cp.principals.get(secret, svc.cp.now())
-        return who if who is not None and who.can(Permission.AGENT) else None
-
     async def _orders(self, scope: Scope, receive: Receive, send: Send, node: str) -> None:
         query = _orders_query(scope.get("query_string", b""))
-        if query is None or self._agent(scope, _headers(scope)[2]) is None:
+        svc: Services = scope["app"].state.services
+        if query is None or cached_agent(svc, _headers(scope.get("headers", ()))[2]) is None:
             await self.app(scope, receive, send)
             return
         since, timeout = query
-        svc: Services = scope["app"].state.services
         seq = await svc.cp.orders.wait(node, since, timeout)
         await _json(send, OrdersAnswer(seq=seq, changed=seq > since).model_dump_json().encode())
 
     async def _heartbeat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        length, is_json, secret = _headers(scope)
-        who = self._agent(scope, secret)
+        length, is_json, secret = _headers(scope.get("headers", ()))
+        svc: Services = scope["app"].state.services
+        who = cached_agent(svc, secret)
         if length is None or length > MAX_QUIET_BODY or not is_json or who is None:
             await self.app(scope, receive, send)
             return
@@ -138,29 +134,70 @@ class AgentShortWay:
             more = bool(message.get("more_body", False)) and len(body) <= length
         answer = None
         if not more and len(body) == length:
-            answer = self._answer(scope, receive, who, body)
+            networks = scope["app"].state.trusted_proxies
+            remote = _remote(networks, scope.get("client"), scope.get("headers", ()))
+            act = Actor(principal=who, method="POST", path=PATH, remote=remote)
+            answer = _answer(svc, act, body)
         if answer is None:
             await self.app(scope, _replay(received, receive), send)
             return
         await _json(send, answer)
 
-    @staticmethod
-    def _answer(scope: Scope, receive: Receive, who: Principal, body: bytes) -> bytes | None:
-        """The quiet answer's bytes, or ``None``: let the route take the request."""
-        try:
-            req = HeartbeatRequest.model_validate(json.loads(body))
-        except (ValueError, ValidationError, RecursionError):  # the route answers the 422
-            return None
-        svc: Services = scope["app"].state.services
-        act = actor_of(Request(scope, receive), who)
-        try:
-            answer = svc.heartbeat.quietly(act, req)
-        except GpupoolError:
-            return None  # the route raises it again, answered as every error is
-        if answer is None:
-            return None
-        unknown = set(_UNKNOWN) if req.seq is None else None
-        return answer.model_dump_json(exclude=unknown).encode()
+
+def cached_agent(svc: Services, secret: str | None) -> Principal | None:
+    """The caller when its token is in the principal cache and it may act as an agent."""
+    if secret is None:
+        return None
+    who = svc.cp.principals.get(secret, svc.cp.now())
+    return who if who is not None and who.can(Permission.AGENT) else None
+
+
+def quiet_heartbeat(
+    state: Any,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    client: tuple[str, int] | None,
+) -> bytes | None:
+    """The quiet answer's body for a whole ``POST /v1/agent/heartbeat`` (its headers as
+    ASGI gives them, lower-case names; ``state`` the app's ``app.state``), or ``None``: let
+    the route take it. For callers below ASGI (``gpupool.cli.serverhttp``): the same checks
+    as :class:`AgentShortWay`."""
+    length, is_json, secret = _headers(headers)
+    if length != len(body) or length > MAX_QUIET_BODY or not is_json:
+        return None
+    svc: Services = state.services
+    who = cached_agent(svc, secret)
+    if who is None:
+        return None
+    remote = _remote(state.trusted_proxies, client, headers)
+    return _answer(svc, Actor(principal=who, method="POST", path=PATH, remote=remote), body)
+
+
+def _remote(
+    networks: tuple[Network, ...], client: Any, headers: Iterable[tuple[bytes, bytes]]
+) -> str | None:
+    """The caller's address as ``actor_of`` reads it (``api/clientaddr.py``)."""
+    peer = client[0] if client else None
+    if not networks:
+        return peer  # the default: no proxy named, the peer is the caller
+    forwarded = b",".join(v for k, v in headers if k == b"x-forwarded-for")
+    return address_of(peer, networks, forwarded.decode("latin-1"))
+
+
+def _answer(svc: Services, act: Actor, body: bytes) -> bytes | None:
+    """The quiet answer's bytes, or ``None``: let the route take the request."""
+    try:
+        req = HeartbeatRequest.model_validate(json.loads(body))
+    except (ValueError, ValidationError, RecursionError):  # the route answers the 422
+        return None
+    try:
+        answer = svc.heartbeat.quietly(act, req)
+    except GpupoolError:
+        return None  # the route raises it again, answered as every error is
+    if answer is None:
+        return None
+    unknown = set(_UNKNOWN) if req.seq is None else None
+    return answer.model_dump_json(exclude=unknown).encode()
 
 
 def _orders_query(raw: bytes) -> tuple[int, float] | None:
