@@ -149,8 +149,13 @@ class Server:
                 def one(sql: str) -> int:
                     return int(conn.execute(text(sql)).scalar() or 0)
 
+                downs = conn.execute(
+                    text("SELECT time, message FROM events WHERE kind='node.down' ORDER BY time")
+                ).all()
+                for at, message in downs[:5]:  # what judged them, for the record
+                    print(f"node.down at {at:.1f}: {message}", file=sys.stderr)
                 return {
-                    "node.down events": one("SELECT count(*) FROM events WHERE kind='node.down'"),
+                    "node.down events": len(downs),
                     "replicas failed over": one(
                         "SELECT count(*) FROM assignments WHERE stop_reason='node'"
                     ),
@@ -228,12 +233,18 @@ async def freeze_leader(
     frozen = leading[0]
     leader = servers.index(frozen)
     os.killpg(frozen.proc.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
     log["frozen"] = f"server {leader} (port {frozen.port}) for {seconds:g}s"
+    log["frozen at (store time)"] = time.time()
+    others = [s for s in servers if s is not frozen]
     try:
-        await asyncio.sleep(seconds)
-        others = [s for s in servers if s is not frozen]
-        took = [await asyncio.to_thread(leads, s) for s in others]
-        log["taken over while frozen"] = any(took)
+        while time.monotonic() < stopped + seconds:
+            await asyncio.sleep(min(1.0, max(0.0, stopped + seconds - time.monotonic())))
+            if "taken over after s" not in log and any(
+                [await asyncio.to_thread(leads, s) for s in others]
+            ):
+                log["taken over after s"] = round(time.monotonic() - stopped, 1)
+        log["taken over while frozen"] = "taken over after s" in log
     finally:
         os.killpg(frozen.proc.pid, signal.SIGCONT)
 
