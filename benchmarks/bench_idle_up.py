@@ -9,6 +9,10 @@ jobs that sleep for an hour, waits ``--settle`` seconds, then reads the process'
 system CPU (with its children: job supervisors) over ``--measure`` seconds and prints it as
 CPU-s per minute, the daemon's resident memory (the ``gpupool up`` process alone, not its jobs)
 and the load average. The issue's target: under 0.1 CPU-s a minute.
+
+``--threads`` also prints the daemon's CPU per thread over the window (``/proc/PID/task``),
+named by their Python names (``py-spy dump``, when it is on the ``PATH``; worker threads that
+came and went within the window are counted in the total only).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -57,6 +62,50 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each live thread of ``pid``, by its thread id."""
+    cpu: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu[int(task.name)] = (int(fields[11]) + int(fields[12])) / TICK
+    return cpu
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Thread id -> Python thread name, from ``py-spy dump`` (empty without py-spy)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        out = subprocess.run(
+            [spy, "dump", "--pid", str(pid)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    names: dict[int, str] = {}
+    for line in out.splitlines():
+        head, _, name = line.partition(": ")
+        if line.startswith("Thread ") and head.split()[1].isdigit():
+            names[int(head.split()[1])] = name.strip().strip('"')
+    return names
+
+
+def print_threads(pid: int, before: dict[int, float], after: dict[int, float]) -> None:
+    """The CPU of each thread over the window, summed by name, largest first."""
+    names = thread_names(pid)
+    by_name: dict[str, float] = {}
+    for tid, cpu in after.items():
+        name = names.get(tid, f"thread {tid}")
+        by_name[name] = by_name.get(name, 0.0) + cpu - before.get(tid, 0.0)
+    for name, cpu in sorted(by_name.items(), key=lambda item: -item[1]):
+        print(f"  {name}: {cpu:.2f} CPU-s")
+
+
 def rss_mib(pid: int) -> float:
     """Resident memory of ``pid`` alone (the daemon, not its jobs), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -77,6 +126,7 @@ def main() -> None:
     parser.add_argument("--measure", type=float, default=60.0)
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--simulate", default="2xA100-80GB", help="the GPUs (jobs take half one)")
+    parser.add_argument("--threads", action="store_true", help="print the CPU per thread too")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,9 +160,14 @@ def main() -> None:
                         "resources": {"gpus": "0.5"}}  # fmt: skip
                 httpx.post(f"{url}/v1/jobs", json={"spec": spec}, headers=headers, timeout=30)
             time.sleep(args.settle)
+            threads0 = thread_cpu(proc.pid)
             cpu0, t0 = tree_cpu(proc.pid), time.monotonic()
             time.sleep(args.measure)
             cpu1, t1 = tree_cpu(proc.pid), time.monotonic()
+            threads1 = thread_cpu(proc.pid)
+            if args.threads:
+                print(f"per thread over {t1 - t0:.0f} s:")
+                print_threads(proc.pid, threads0, threads1)
             rss = rss_mib(proc.pid)
             running = httpx.get(f"{url}/v1/jobs?state=RUNNING", headers=headers, timeout=30)
         finally:

@@ -1,6 +1,8 @@
 """The node agent: turns the server's assignments into supervised processes, and reports.
 
-One :class:`Agent` per node. Its loop (:meth:`Agent.run`) does, every ``local_tick_s``:
+One :class:`Agent` per node. Its loop (:meth:`Agent.run`) does, every ``local_tick_s`` while
+the node has replicas (with none, it sleeps until the next heartbeat, the long poll's wake-up or
+a stop):
 
 1. **observe** every replica through the executor (cheap: one small file read each);
 2. **heartbeat** when the interval has passed (on an idle node, a third of the node timeout:
@@ -88,7 +90,8 @@ from gpupool.shim.build import SHIM_DIR_ENV
 log = logging.getLogger("gpupool.agent")
 #: Seconds one long poll for new orders waits on the server.
 LONG_POLL_S = 25.0
-#: The longest an agent with no replica sleeps between two looks at its loop (seconds).
+#: The shortest sleep of an idle fence watch (seconds; see :meth:`Agent._fence_wait`): never
+#: a busy loop. (The loop of an agent with no replica sleeps until its next heartbeat.)
 IDLE_TICK_S = 1.0
 #: An idle agent (no replica, nothing new in its last round) heartbeats every this share of the
 #: server's node timeout when that is longer than its interval: three beats per timeout, as
@@ -431,6 +434,9 @@ class Agent(Launcher):
         threading.Thread(
             target=self._watch_fence, args=(stop,), name="gpupool-agent-fence", daemon=True
         ).start()
+        threading.Thread(
+            target=self._wake_on_stop, args=(stop,), name="gpupool-agent-stop", daemon=True
+        ).start()
         mono = self.clock.monotonic
         next_beat = mono()
         next_mps_check = mono() + 60.0
@@ -476,7 +482,8 @@ class Agent(Launcher):
             if self.mps is not None and now >= next_mps_check:
                 self.mps.ensure()
                 next_mps_check = now + 60.0
-            self._sleep(stop, max(0.0, next_beat - mono()))
+            wake_at = min(next_beat, next_mps_check) if self.mps is not None else next_beat
+            self._sleep(stop, max(0.0, wake_at - mono()))
 
     def spacing(self) -> float:
         """The wait until the next heartbeat after one that was answered.
@@ -502,14 +509,22 @@ class Agent(Launcher):
             delay = min(delay, FENCE_AT * timeout / 3.0)
         return delay
 
-    def _sleep(self, stop: threading.Event, until_beat_s: float) -> None:
+    def _sleep(self, stop: threading.Event, until_s: float) -> None:
         """Wait for the next round: ``local_tick_s`` while replicas need watching; with none,
-        until the next heartbeat or the long poll's wake-up (``IDLE_TICK_S`` at most, so a
-        stop is seen), so an idle node does not poll."""
+        until the next heartbeat (or MPS check) is due, or the long poll's wake-up, or a
+        stop (:meth:`_wake_on_stop`), whichever comes first: an idle node does not poll."""
         if self.replicas or self._beat_now.is_set():
-            stop.wait(min(self.config.local_tick_s, until_beat_s))
+            stop.wait(min(self.config.local_tick_s, until_s))
         else:
-            self._beat_now.wait(min(IDLE_TICK_S, until_beat_s))
+            self._beat_now.wait(until_s)
+
+    def _wake_on_stop(self, stop: threading.Event) -> None:
+        """Wake the loop and the fence's watch when ``stop`` is set: with no replica they
+        sleep on their own events (:meth:`_sleep`, :meth:`_watch_fence`), for up to a quiet
+        heartbeat's spacing, and see the stop at once this way instead of polling for it."""
+        stop.wait()
+        self._beat_now.set()
+        self._fence_nudge.set()
 
     def contact(self) -> None:
         """The server answered (anything): the fence's silence starts again, for this agent

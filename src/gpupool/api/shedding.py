@@ -9,16 +9,20 @@ the request's body is parsed, its token looked up in the store or a worker threa
 shed heartbeat whose token is known (in the principal cache) and which names its node
 (``X-Gpupool-Node``, sent by agents since this version) counts as heard.
 
-:func:`watch` runs on the event loop for the app's lifetime: it notes how late the loop
-wakes (the server's own lag) and, once a second, writes what shed and quiet heartbeats left to
-write (:mod:`~gpupool.control.services.liveness`).
+:func:`watch` runs on the event loop for the app's lifetime: it writes what shed and quiet
+heartbeats left to write (:mod:`~gpupool.control.services.liveness`), at most once a second,
+and notes how late the loop wakes (the server's own lag); with nothing to write and no agent
+call in flight it sleeps until there is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -42,8 +46,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 KINDS = {"/v1/agent/register": "register", "/v1/agent/heartbeat": "heartbeat"}
 #: The header an agent names its node in on a heartbeat (so a shed one counts as heard).
 NODE_HEADER = b"x-gpupool-node"
-#: How often :func:`watch` wakes (seconds).
+#: The least time between two liveness flushes of :func:`watch`, and how often it wakes while an
+#: agent call is in flight (seconds).
 WATCH_EVERY_S = 1.0
+#: The longest :func:`watch` sleeps with nothing heard, due or in flight (seconds): news wakes
+#: it before; this is only a safety net.
+IDLE_WATCH_S = 60.0
 #: Store connections kept for everything but agents' calls: an agent's call is shed rather
 #: than wait for a connection when fewer than this are free.
 POOL_RESERVE = 2
@@ -130,17 +138,70 @@ async def _busy(send: Send, kind: str, wait: int, path: str) -> None:
 
 
 async def watch(cp: ControlPlane) -> None:
-    """Once a second until cancelled: note the event loop's lateness (the server's lag), and
-    write what heartbeats left to write (:mod:`~gpupool.control.services.liveness`: nodes
-    heard, quiet nodes' telemetry, orders moved elsewhere). An idle server only wakes."""
+    """Until cancelled: write what heartbeats left to write (:mod:`~gpupool.control.services.
+    liveness`: nodes heard, quiet nodes' telemetry, orders moved elsewhere), at most once a
+    second, and note how late the event loop wakes (the server's lag).
+
+    It sleeps until the liveness work is due (:meth:`Liveness.due_in`) or news comes
+    (:attr:`Admission.on_news`: a node heard, an agent call admitted), with at least
+    ``WATCH_EVERY_S`` between two flushes, so a fleet's heard nodes are still written in one
+    batch a second. While an agent call is in flight it wakes every ``WATCH_EVERY_S``, and
+    each timed wake-up notes its lateness as the loop's lag. An idle server (nothing heard,
+    nothing in flight) sleeps up to ``IDLE_WATCH_S``: it used to wake once a second to find
+    nothing to do, about a tenth of what the idle pool was allowed to burn (issue 26)."""
     liveness = Liveness(cp)
-    while True:
-        t0 = time.monotonic()
-        await asyncio.sleep(WATCH_EVERY_S)
-        cp.admission.note_loop_lag(time.monotonic() - t0 - WATCH_EVERY_S)
-        if not liveness.pending():
-            continue  # the usual case of an idle server: no thread hop, no store
-        try:
-            await run_in_threadpool(liveness.flush)
-        except Unavailable as exc:
-            log.warning("could not write heartbeats' liveness and telemetry: %s", exc)
+    news = asyncio.Event()
+    cp.admission.on_news = _setter(news)
+    last_flush = -math.inf  # monotonic time of the last flush (tried)
+    try:
+        while True:
+            news.clear()  # before looking: news from now on wakes the wait below
+            due = liveness.due_in()
+            if cp.admission.busy():
+                due = WATCH_EVERY_S if due is None else min(due, WATCH_EVERY_S)
+            if due is None or due > 0:
+                wait = IDLE_WATCH_S if due is None else min(due, IDLE_WATCH_S)
+                t0 = time.monotonic()
+                if not await _woken(news, wait):  # timed: how late it came is the lag
+                    cp.admission.note_loop_lag(time.monotonic() - t0 - wait)
+                continue  # look again: due now, or news (not necessarily due)
+            gap = WATCH_EVERY_S - (time.monotonic() - last_flush)
+            if gap > 0:  # a flush a second at most: a fleet's heard nodes go in one batch
+                t0 = time.monotonic()
+                await asyncio.sleep(gap)  # news need not wake this one
+                cp.admission.note_loop_lag(time.monotonic() - t0 - gap)
+            if not liveness.pending():
+                continue
+            last_flush = time.monotonic()
+            try:
+                await run_in_threadpool(liveness.flush)
+            except Unavailable as exc:
+                log.warning("could not write heartbeats' liveness and telemetry: %s", exc)
+    finally:
+        cp.admission.on_news = None
+
+
+def _setter(event: asyncio.Event) -> Callable[[], None]:
+    """A function that sets ``event`` from any thread (the loop's own: directly); nothing
+    when it is set already (a fleet's heartbeats, while :func:`watch` waits out a second)."""
+    loop, home = asyncio.get_running_loop(), threading.get_ident()
+
+    def set_event() -> None:
+        if event.is_set():
+            return
+        if threading.get_ident() == home:
+            event.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped
+            loop.call_soon_threadsafe(event.set)
+
+    return set_event
+
+
+async def _woken(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait for ``event`` at most ``timeout_s``; whether it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        return False
+    return True

@@ -13,11 +13,9 @@ Wait for ``GET /readyz`` to answer 200 before sending work.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import typer
@@ -135,21 +133,11 @@ def serve(
         "http": CoalescingHttpTools,
     }
     if app is not None:
-        board = app.state.services.cp.orders
+        from gpupool.cli.serverloop import PoolServer
 
-        class _Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-                board.release_all()  # long polls answer now instead of at their timeout
-                super().handle_exit(sig, frame)
-
-            async def main_loop(self) -> None:
-                """uvicorn's, waking once a second instead of ten times (an idle pool must
-                not poll): the Date header is refreshed at each wake-up, and a stop is seen
-                within a second."""
-                while not await self.on_tick(0):  # tick 0: refresh the Date header too
-                    await asyncio.sleep(1.0)
-
-        _Server(uvicorn.Config(app, access_log=False, **common)).run()  # type: ignore[arg-type]
+        # On SIGTERM or Ctrl-C, agents' long polls answer now instead of at their timeout.
+        config = uvicorn.Config(app, access_log=False, **common)  # type: ignore[arg-type]
+        PoolServer(config, on_exit=app.state.services.cp.orders.release_all).run()
         return
     os.environ[SETTINGS_ENV] = settings.to_json()
     uvicorn.run(

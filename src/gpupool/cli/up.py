@@ -22,6 +22,17 @@ import typer
 from gpupool import __version__
 from gpupool.cli.agent import RUN_AS_ENV, RUN_AS_HELP
 
+#: The least time ``gpupool up`` keeps a token's principal in memory (seconds; ``gpupool
+#: server``'s default is 5 s, for the revocations of other server processes). A standalone
+#: pool's store is its own, in its private home, so every revocation and user deletion goes
+#: through this process, which drops the cache at once; the limit is there only for other
+#: processes, of which there are none. Kept longer than the node timeout, so the local agent's
+#: quiet heartbeats (every third of it) and long polls (25 s) find their token in memory and
+#: are answered without a worker thread or a store read (issue 26: the idle pool sleeps).
+UP_AUTH_CACHE_S = 300.0
+#: ... and at most a day (the setting's bound).
+UP_AUTH_CACHE_MAX_S = 86400.0
+
 
 class _Terminated(Exception):
     """SIGTERM reached ``gpupool up`` (``kill``, systemd, a container runtime stopping it)."""
@@ -85,6 +96,7 @@ def up(  # noqa: PLR0917 - one typer option per parameter
             migrate=True,
             heartbeat_interval_s=heartbeat,
             node_timeout_s=node_timeout,
+            auth_cache_s=min(UP_AUTH_CACHE_MAX_S, max(UP_AUTH_CACHE_S, 2 * node_timeout)),
         )
     try:
         # The home itself is made passable at start; the folders above it must already be.

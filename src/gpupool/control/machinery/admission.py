@@ -25,6 +25,10 @@ Words:
   that late; failure detection extends the node timeout by it (``mark_silent_nodes_down``),
   so a slow server does not mark nodes down for its own slowness.
 
+- **news**: an agent call admitted, or a node heard: what the API's watch (``api/shedding.py``)
+  sleeps until when it has nothing else to do (:attr:`Admission.on_news`), so an idle server
+  does not wake once a second to find nothing.
+
 Everything here is in memory and per process; it is thread-safe (the event loop admits, worker
 threads and the scheduling loop read).
 """
@@ -99,13 +103,24 @@ class Admission:
         self._heard: dict[str, float] = {}
         self._written: dict[str, float] = {}  # node -> heard time last written (store time)
         self.shed_total = dict.fromkeys(self.limits, 0)
+        #: Called (from any thread, without the lock held) when a call is admitted or a node
+        #: heard; ``None``: nobody listens.
+        self.on_news: Callable[[], None] | None = None
+
+    def _news(self) -> None:
+        listener = self.on_news
+        if listener is not None:
+            listener()
 
     def try_enter(self, kind: str) -> bool:
         """Admit one call of ``kind`` (True), or count it shed (False)."""
         with self._lock:
-            if self._in_flight[kind] < self.limits[kind]:
+            admitted = self._in_flight[kind] < self.limits[kind]
+            if admitted:
                 self._in_flight[kind] += 1
-                return True
+        if admitted:
+            self._news()
+            return True
         self.shed(kind)
         return False
 
@@ -127,6 +142,11 @@ class Admission:
     def in_flight(self, kind: str) -> int:
         with self._lock:
             return self._in_flight[kind]
+
+    def busy(self) -> bool:
+        """Whether any agent call is in flight (admitted, not yet answered)."""
+        with self._lock:
+            return any(self._in_flight.values())
 
     def note_loop_lag(self, seconds: float) -> None:
         """The event loop woke ``seconds`` later than it asked to."""
@@ -156,6 +176,7 @@ class Admission:
         with self._lock:
             if when > self._heard.get(node, 0.0):
                 self._heard[node] = when
+        self._news()
 
     def has_heard(self, every_s: float = 0.0, now: float | None = None) -> bool:
         """Whether a node heard is due to be written: any, or (with ``every_s``) one whose
@@ -164,6 +185,15 @@ class Admission:
             if every_s <= 0.0 or now is None:
                 return bool(self._heard)
             return any(now - self._written.get(n, -math.inf) >= every_s for n in self._heard)
+
+    def heard_due_in(self, every_s: float, now: float) -> float | None:
+        """Seconds until :meth:`has_heard` (with ``every_s``) is first true (0 when it is);
+        ``None`` while no node heard waits to be written."""
+        with self._lock:
+            if not self._heard:
+                return None
+            first = min(self._written.get(n, -math.inf) for n in self._heard) + every_s
+        return max(0.0, first - now)
 
     def take_heard(self, every_s: float = 0.0, now: float | None = None) -> dict[str, float]:
         """The nodes heard and due to be written (see :meth:`has_heard`), with when; they are

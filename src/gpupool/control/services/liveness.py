@@ -15,7 +15,8 @@ the API process (``api/shedding.py``: ``watch``), writes in a few bounded transa
    another process (or all of them on a new epoch).
 
 Nothing is done, and no transaction opened, while there is nothing to write and no node is
-settled (an idle server).
+settled (an idle server); :meth:`Liveness.due_in` says when there will be, so the caller may
+sleep until then.
 """
 
 from __future__ import annotations
@@ -50,6 +51,20 @@ class Liveness:
             or self.cp.settled.has_samples()
             or self._refresh_due()
         )
+
+    def due_in(self) -> float | None:
+        """Seconds until :meth:`pending` is first true if nothing new happens (0 when it is
+        now); ``None``: not before a node is heard again. For a caller that sleeps in
+        between instead of asking once a second (``api/shedding.py``: ``watch``)."""
+        if self.cp.settled.has_samples():
+            return 0.0
+        waits: list[float] = []
+        heard = self.cp.admission.heard_due_in(self.nodes.heard_every_s(), self.cp.now())
+        if heard is not None:
+            waits.append(heard)
+        if self.cp.settled.quiet != self._quiet_seen:
+            waits.append(max(0.0, REFRESH_S - (time.monotonic() - self._refreshed)))
+        return min(waits, default=None)
 
     def _refresh_due(self) -> bool:
         """Quiet answers were given since the last look at the store's versions, at least
