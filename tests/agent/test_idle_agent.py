@@ -88,3 +88,40 @@ def test_a_changed_node_timeout_wakes_the_sleeping_fence_watch(
         agent._fence_nudge.set()
         watch.join(timeout=20)
         agent.close()
+
+
+def test_an_idle_agents_loop_sleeps_until_its_next_beat_and_a_stop_wakes_it(
+    tmp_path: Path,
+) -> None:
+    # A 300 s node timeout: with no replica the next beat is 100 s away. The loop used to look
+    # at its replicas once a second meanwhile; now nothing wakes it but its beat, the long
+    # poll or the stop, which must still end it at once.
+    server = FakeServer()
+    server.queue = [
+        HeartbeatResponse(epoch=1, heartbeat_interval_s=0.2, node_timeout_s=300.0)
+        for _ in range(10)
+    ]
+    agent = make_agent(tmp_path, server)
+    rounds: list[float] = []
+    observe = agent.observe
+
+    def counted() -> bool:
+        rounds.append(agent.clock.monotonic())
+        return observe()
+
+    agent.observe = counted  # type: ignore[method-assign]
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    try:
+        loop.start()
+        # its first round: a look, the beat, a look after it; then it sleeps
+        wait_for(lambda: len(rounds) >= 2 and agent.spacing() == 100.0, what="a quiet beat")
+        before = len(rounds)
+        stop.wait(3.0)  # three of the old idle ticks
+        assert len(rounds) == before  # not one look at the loop in between
+        assert len(server.requests) == 1
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+        agent.close()
+    assert not loop.is_alive()  # the stop woke the sleeping loop
