@@ -10,11 +10,24 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent import agent as agent_module
-from gpupool.agent.agent import IDLE_FENCE_WAIT_S, IDLE_TICK_S
+from gpupool.agent.agent import IDLE_FENCE_WAIT_S, IDLE_TICK_S, Agent
 from gpupool.control.machinery.clock import ManualClock
 from gpupool.schemas.agent import HeartbeatResponse
 from tests.agent.helpers import wait_for
 from tests.agent.test_agent import FakeServer, make_agent
+
+
+def _count_calls(agent: Agent, method: str) -> list[float]:
+    """Record when each call of the agent's ``method`` (no arguments, a bool) was made."""
+    calls: list[float] = []
+    real = getattr(agent, method)
+
+    def counted() -> bool:
+        calls.append(agent.clock.monotonic())
+        return bool(real())
+
+    setattr(agent, method, counted)
+    return calls
 
 
 def test_an_idle_agent_beats_every_third_of_the_node_timeout_but_at_once_for_orders(
@@ -64,14 +77,7 @@ def test_a_changed_node_timeout_wakes_the_sleeping_fence_watch(
     server = FakeServer()
     agent = make_agent(tmp_path, server)
     stop = threading.Event()
-    checks: list[float] = []
-    check = agent.check_fence
-
-    def counted() -> bool:
-        checks.append(agent.clock.monotonic())
-        return check()
-
-    agent.check_fence = counted  # type: ignore[method-assign]
+    checks = _count_calls(agent, "check_fence")
     watch = threading.Thread(target=agent._watch_fence, args=(stop,), daemon=True)
     try:
         agent.register()
@@ -102,14 +108,7 @@ def test_an_idle_agents_loop_sleeps_until_its_next_beat_and_a_stop_wakes_it(
         for _ in range(10)
     ]
     agent = make_agent(tmp_path, server)
-    rounds: list[float] = []
-    observe = agent.observe
-
-    def counted() -> bool:
-        rounds.append(agent.clock.monotonic())
-        return observe()
-
-    agent.observe = counted  # type: ignore[method-assign]
+    rounds = _count_calls(agent, "observe")
     stop = threading.Event()
     loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     try:

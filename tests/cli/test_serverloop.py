@@ -6,30 +6,14 @@ ends it at once. No timing assertion: the Date is compared with the clock around
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 import uvicorn
 
 from gpupool.cli.serverloop import PoolServer
-
-
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] != "http":
-        return
-    body = b'{"ok":true}'
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.cli.test_serverhttp import _port, app
 
 
 async def _date_of_get(port: int) -> tuple[float, float, float]:
