@@ -10,6 +10,7 @@ assertion (the waits are bounds on the behaviour, generous for a loaded machine)
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -53,3 +54,34 @@ def test_a_job_submitted_to_a_pool_idle_for_long_starts_without_waiting_for_a_qu
         pool.wait_state(job, "RUNNING", "COMPLETED", timeout=60)
         done = pool.wait_state(job, "COMPLETED", timeout=60)
         assert done["state"] == "COMPLETED"
+
+
+def _sockets(pid: int) -> set[str]:
+    """The socket inodes a process holds open now."""
+    found: set[str] = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
+
+
+def test_an_idle_agents_quiet_beats_keep_one_connection_to_the_server(tmp_path: Path) -> None:
+    # The default node timeout: an idle agent beats every 10 s. httpx closed an idle
+    # connection after 5 s, so each quiet beat opened a new one (a TCP handshake and a new
+    # server-side connection at both ends, a third of the idle agent's CPU).
+    with Pool.running(tmp_path, {"n1": "2xA100-80GB"}, node_timeout_s=30.0) as pool:
+        pid = pool.agents["n1"].pid
+        time.sleep(5.0)  # past registration and the first beats
+        seen: set[str] = set()
+        for _ in range(35):  # three quiet beats
+            seen |= _sockets(pid)
+            time.sleep(1.0)
+        node = pool.node("n1")
+        assert node is not None
+        assert node["state"] == "up", node
+    # one connection for heartbeats and logs, one for the long poll: kept, not replaced
+    assert len(seen) <= 2, seen

@@ -57,6 +57,13 @@ M = TypeVar("M", bound=BaseModel)
 NODE_HEADER = "X-Gpupool-Node"
 #: The longest wait a server's ``Retry-After`` may impose on the agent (seconds).
 RETRY_AFTER_CAP_S = 60.0
+#: How long an idle connection to the server is kept for the next request (seconds). httpx's
+#: default, 5 s, closed it between an idle node's quiet heartbeats (every 10 s by default), so
+#: every beat paid a new TCP connection at both ends (a third of the idle agent's CPU). Kept
+#: under the server's own keep-alive (75 s, ``gpupool server``), so the agent does not reuse a
+#: connection the server is closing; one a server or proxy closed sooner is seen closed and
+#: replaced before it is used.
+KEEPALIVE_S = 60.0
 
 
 def _refusal(path: str, response: httpx.Response) -> str:
@@ -300,6 +307,9 @@ class HttpTransport:
                 base_url=url,
                 headers=self._headers,
                 timeout=self._timeout_s,
+                limits=httpx.Limits(
+                    max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S
+                ),  # httpx's defaults but the keep-alive
             )
             pool[url] = client
         return client
