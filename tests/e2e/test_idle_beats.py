@@ -83,5 +83,7 @@ def test_an_idle_agents_quiet_beats_keep_one_connection_to_the_server(tmp_path: 
         node = pool.node("n1")
         assert node is not None
         assert node["state"] == "up", node
-    # one connection for heartbeats and logs, one for the long poll: kept, not replaced
-    assert len(seen) <= 2, seen
+    # One connection for heartbeats and logs, one for the long poll: kept, not replaced at
+    # each beat (main: 5 over these three beats). One more is let pass: a request timed out
+    # on a loaded machine drops its connection.
+    assert len(seen) <= 3, seen
