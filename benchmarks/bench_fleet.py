@@ -59,6 +59,18 @@ PG_ADMIN_URL = os.environ.get(
 )
 JOB_MIX: list[tuple[Any, float]] = [(1, 20.0), ("0.5", 30.0), (8, 40.0), (2, 15.0)]
 TICK = os.sysconf("SC_CLK_TCK")
+#: Each fake node's last calls (``FakeNode.trail``), kept after the run to explain node.down.
+TRAILS: dict[str, list[tuple[float, int, str, str]]] = {}
+DOWNED: list[str] = []  # the nodes marked down (names), read from the store after the run
+
+
+def show_trails(downed: list[str], servers: dict[int, int]) -> None:
+    """Print the last calls of (at most four of) the nodes marked down, server by index."""
+    for name in downed[:4]:
+        print(f"{name}'s last calls:", file=sys.stderr)
+        for at, port, kind, outcome in TRAILS.get(name, []):
+            where = servers.get(port, port)
+            print(f"  {at:.1f} server {where} {kind:9} {outcome}", file=sys.stderr)
 
 
 def free_port() -> int:
@@ -154,6 +166,7 @@ class Server:
                 ).all()
                 for at, message in downs[:5]:  # what judged them, for the record
                     print(f"node.down at {at:.1f}: {message}", file=sys.stderr)
+                DOWNED[:] = [str(m).split()[1] for _, m in downs]
                 return {
                     "node.down events": len(downs),
                     "replicas failed over": one(
@@ -316,6 +329,7 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
         "moves to another server": stats.moves,
         **frozen,
     }
+    TRAILS.update({n.name: list(n.trail) for n in nodes})
     if steady is not None:
         wall, cpu_at, beats_at = steady
         beats = len(stats.beat_latency) - beats_at
@@ -379,6 +393,7 @@ def main() -> None:
                 servers.append(Server(args, Path(tmp) / f"replica-{i}", first))
             result = asyncio.run(measure(args, servers))
             result.update(first.store_counts())
+            show_trails(DOWNED, {s.port: i for i, s in enumerate(servers)})
         finally:
             for server in reversed(servers):
                 server.stop()
