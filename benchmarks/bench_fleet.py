@@ -143,6 +143,7 @@ class Server:
             time.sleep(0.2)
         if first is not None:
             self.admin, self.agent_token = first.admin, first.agent_token
+            self.node_tokens = first.node_tokens
             return
         self.admin = (root / "home" / "admin-token").read_text().strip()
         with httpx.Client(
@@ -152,6 +153,11 @@ class Server:
             made = http.post("/v1/tokens", json={"user": "fleet", "name": "fleet"})
             made.raise_for_status()
             self.agent_token = str(made.json()["secret"])
+            self.node_tokens: list[str] = []
+            for i in range(args.nodes if args.token_per_node else 0):  # as docs/deploy.md allows
+                made = http.post("/v1/tokens", json={"user": "fleet", "name": f"node-{i}"})
+                made.raise_for_status()
+                self.node_tokens.append(str(made.json()["secret"]))
 
     def store_counts(self) -> dict[str, int]:
         engine = create_engine(self.db_url)
@@ -267,7 +273,14 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
     stats = FleetStats()
     ports = [s.port for s in servers]
     nodes = [
-        FakeNode(f"fleet-{i:05d}", "127.0.0.1", ports, server.agent_token, stats, seed=i)
+        FakeNode(
+            f"fleet-{i:05d}",
+            "127.0.0.1",
+            ports,
+            server.node_tokens[i] if server.node_tokens else server.agent_token,
+            stats,
+            seed=i,
+        )
         for i in range(args.nodes)
     ]
     stop = asyncio.Event()
@@ -367,6 +380,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--replicas", type=int, default=1, help="server replicas on the store")
     parser.add_argument("--leader-lease", type=float, default=15.0)
+    parser.add_argument(
+        "--token-per-node",
+        action="store_true",
+        help="each node its own agent token (docs/deploy.md: a token per node, or one for all)",
+    )
     parser.add_argument(
         "--freeze-leader-at",
         type=float,

@@ -12,7 +12,10 @@ the API process (``api/shedding.py``: ``watch``), writes in a few bounded transa
    ``BATCH_ROWS`` rows a transaction);
 3. then, when quiet answers were given since and ``REFRESH_S`` passed, it reads every node's
    ``orders_version`` and the leader epoch, and drops the settled nodes whose orders moved in
-   another process (or all of them on a new epoch).
+   another process (or all of them on a new epoch);
+4. and it checks the cached tokens in use that are about to run out against the store, in one
+   query, and renews them (:func:`~gpupool.control.services.auth.revalidate`), so that the
+   quiet heartbeats of nodes with a token each stay on the short way.
 
 Nothing is done, and no transaction opened, while there is nothing to write and no node is
 settled (an idle server).
@@ -26,6 +29,7 @@ import time
 from sqlalchemy import bindparam, select, update
 
 from gpupool.control.context import ControlPlane
+from gpupool.control.services.auth import revalidate
 from gpupool.control.services.nodes import NodeService, current_epoch
 from gpupool.store.models import DeviceModel, NodeModel
 
@@ -49,6 +53,7 @@ class Liveness:
             self.cp.admission.has_heard(every, self.cp.now())
             or self.cp.settled.has_samples()
             or self._refresh_due()
+            or self.cp.principals.has_due()
         )
 
     def _refresh_due(self) -> bool:
@@ -63,6 +68,9 @@ class Liveness:
         heard = self.nodes.record_heard(due_only=True)
         written = self.record_telemetry()
         dropped = self.refresh_settled() if self._refresh_due() else 0
+        if self.cp.principals.has_due():
+            with self.cp.read() as s:
+                revalidate(s, self.cp.principals, self.cp.now())
         return heard, written, dropped
 
     def record_telemetry(self) -> int:
