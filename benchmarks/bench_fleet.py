@@ -38,6 +38,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -412,6 +413,14 @@ def main() -> None:
             result = asyncio.run(measure(args, servers))
             result.update(first.store_counts())
             show_trails(DOWNED, {s.port: i for i, s in enumerate(servers)})
+            if DOWNED:  # keep the servers' logs, to explain the nodes marked down
+                kept = Path(tempfile.mkdtemp(prefix="bench-fleet-logs-"))
+                for i, server in enumerate(servers):
+                    server.log.flush()
+                    log = Path(server.log.name)
+                    if log.exists():
+                        shutil.copy(log, kept / f"server-{i}.log")
+                result["server logs kept in"] = str(kept)
         finally:
             for server in reversed(servers):
                 server.stop()

@@ -198,7 +198,10 @@ class FakeNode:
             self._move(conn.port)
             raise Unanswered() from None
         self.stats.answered(kind, status)
-        self.trail.append((sent, conn.port, kind, f"{status} in {time.time() - sent:.1f}s"))
+        note = f"{status} in {time.time() - sent:.1f}s"
+        if status >= 500:  # what kind of 503: shed (admission) or the store (Unavailable)
+            note += f" {payload[:160]!r}"
+        self.trail.append((sent, conn.port, kind, note))
         if status >= 500 or status == 429:
             wait = retry_after(conn.headers.get("retry-after"))
             if wait is None:  # a shed call (Retry-After) stays, as the agent's does

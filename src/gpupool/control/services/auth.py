@@ -137,7 +137,11 @@ class PrincipalCache:
             return False
         soon = time.monotonic() + self.ttl_s / 2
         entries = self._entries
-        return any(d in entries and entries[d][2] < soon for d in list(self._fresh))
+        for digest in list(self._fresh):
+            entry = entries.get(digest)  # another thread may drop it meanwhile
+            if entry is not None and entry[2] < soon:
+                return True
+        return False
 
     def renew(
         self, digest: str, principal: Principal, expires_at: float | None, generation: int
