@@ -38,6 +38,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,18 @@ PG_ADMIN_URL = os.environ.get(
 )
 JOB_MIX: list[tuple[Any, float]] = [(1, 20.0), ("0.5", 30.0), (8, 40.0), (2, 15.0)]
 TICK = os.sysconf("SC_CLK_TCK")
+#: Each fake node's last calls (``FakeNode.trail``), kept after the run to explain node.down.
+TRAILS: dict[str, list[tuple[float, int, str, str]]] = {}
+DOWNED: list[str] = []  # the nodes marked down (names), read from the store after the run
+
+
+def show_trails(downed: list[str], servers: dict[int, int]) -> None:
+    """Print the last calls of (at most four of) the nodes marked down, server by index."""
+    for name in downed[:4]:
+        print(f"{name}'s last calls:", file=sys.stderr)
+        for at, port, kind, outcome in TRAILS.get(name, []):
+            where = servers.get(port, port)
+            print(f"  {at:.1f} server {where} {kind:9} {outcome}", file=sys.stderr)
 
 
 def free_port() -> int:
@@ -131,6 +144,7 @@ class Server:
             time.sleep(0.2)
         if first is not None:
             self.admin, self.agent_token = first.admin, first.agent_token
+            self.node_tokens = first.node_tokens
             return
         self.admin = (root / "home" / "admin-token").read_text().strip()
         with httpx.Client(
@@ -140,6 +154,11 @@ class Server:
             made = http.post("/v1/tokens", json={"user": "fleet", "name": "fleet"})
             made.raise_for_status()
             self.agent_token = str(made.json()["secret"])
+            self.node_tokens: list[str] = []
+            for i in range(args.nodes if args.token_per_node else 0):  # as docs/deploy.md allows
+                made = http.post("/v1/tokens", json={"user": "fleet", "name": f"node-{i}"})
+                made.raise_for_status()
+                self.node_tokens.append(str(made.json()["secret"]))
 
     def store_counts(self) -> dict[str, int]:
         engine = create_engine(self.db_url)
@@ -154,6 +173,7 @@ class Server:
                 ).all()
                 for at, message in downs[:5]:  # what judged them, for the record
                     print(f"node.down at {at:.1f}: {message}", file=sys.stderr)
+                DOWNED[:] = [str(m).split()[1] for _, m in downs]
                 return {
                     "node.down events": len(downs),
                     "replicas failed over": one(
@@ -254,7 +274,14 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
     stats = FleetStats()
     ports = [s.port for s in servers]
     nodes = [
-        FakeNode(f"fleet-{i:05d}", "127.0.0.1", ports, server.agent_token, stats, seed=i)
+        FakeNode(
+            f"fleet-{i:05d}",
+            "127.0.0.1",
+            ports,
+            server.node_tokens[i] if server.node_tokens else server.agent_token,
+            stats,
+            seed=i,
+        )
         for i in range(args.nodes)
     ]
     stop = asyncio.Event()
@@ -316,6 +343,7 @@ async def measure(args: argparse.Namespace, servers: list[Server]) -> dict[str, 
         "moves to another server": stats.moves,
         **frozen,
     }
+    TRAILS.update({n.name: list(n.trail) for n in nodes})
     if steady is not None:
         wall, cpu_at, beats_at = steady
         beats = len(stats.beat_latency) - beats_at
@@ -354,6 +382,11 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=1, help="server replicas on the store")
     parser.add_argument("--leader-lease", type=float, default=15.0)
     parser.add_argument(
+        "--token-per-node",
+        action="store_true",
+        help="each node its own agent token (docs/deploy.md: a token per node, or one for all)",
+    )
+    parser.add_argument(
         "--freeze-leader-at",
         type=float,
         default=None,
@@ -379,6 +412,15 @@ def main() -> None:
                 servers.append(Server(args, Path(tmp) / f"replica-{i}", first))
             result = asyncio.run(measure(args, servers))
             result.update(first.store_counts())
+            show_trails(DOWNED, {s.port: i for i, s in enumerate(servers)})
+            if DOWNED:  # keep the servers' logs, to explain the nodes marked down
+                kept = Path(tempfile.mkdtemp(prefix="bench-fleet-logs-"))
+                for i, server in enumerate(servers):
+                    server.log.flush()
+                    log = Path(server.log.name)
+                    if log.exists():
+                        shutil.copy(log, kept / f"server-{i}.log")
+                result["server logs kept in"] = str(kept)
         finally:
             for server in reversed(servers):
                 server.stop()

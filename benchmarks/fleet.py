@@ -38,7 +38,7 @@ import json
 import random
 import secrets
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from gpupool import __version__
@@ -165,6 +165,8 @@ class FakeNode:
         self.replicas: dict[str, _Replica] = {}
         self.known: set[str] = set()  # every assignment id ever started here
         self.wake = asyncio.Event()
+        #: The node's last calls: (wall time, port, kind, outcome), to explain a node.down.
+        self.trail: deque[tuple[float, int, str, str]] = deque(maxlen=24)
 
     # ------------------------------------------------------------------ requests
 
@@ -178,21 +180,28 @@ class FakeNode:
         timeout_s: float = REQUEST_TIMEOUT_S,
         headers: dict[str, str] | None = None,
     ) -> bytes:
+        sent = time.time()
         try:
             status, payload = await asyncio.wait_for(
                 conn.request(method, path, body, headers), timeout=timeout_s
             )
         except TimeoutError:
+            self.trail.append((sent, conn.port, kind, "timeout"))
             conn.close()
             self.stats.timeouts[kind] += 1
             self._move(conn.port)
             raise Unanswered() from None
-        except (OSError, asyncio.IncompleteReadError, ValueError):
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.trail.append((sent, conn.port, kind, type(exc).__name__))
             conn.close()
             self.stats.refused[kind] += 1
             self._move(conn.port)
             raise Unanswered() from None
         self.stats.answered(kind, status)
+        note = f"{status} in {time.time() - sent:.1f}s"
+        if status >= 500:  # what kind of 503: shed (admission) or the store (Unavailable)
+            note += f" {payload[:160]!r}"
+        self.trail.append((sent, conn.port, kind, note))
         if status >= 500 or status == 429:
             wait = retry_after(conn.headers.get("retry-after"))
             if wait is None:  # a shed call (Retry-After) stays, as the agent's does

@@ -16,6 +16,7 @@ from fastapi.routing import APIRouter
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.clock import ManualClock
 from gpupool.control.services.liveness import Liveness
+from gpupool.control.services.nodes import NodeService
 from gpupool.store.models import NodeModel
 from tests.api.helpers import Api, make_api
 from tests.api.test_permissions import AGENT_REG
@@ -139,3 +140,25 @@ def test_a_bad_long_poll_query_or_token_is_refused_as_before(api: Api) -> None:
         assert [e["field"] for e in answer.json()["errors"]] == [f"query.{field}"], answer.text
     assert api.call("not-a-token", "GET", f"{path}?timeout=0").status_code == 401
     assert api.call(api.tokens["member"], "GET", f"{path}?timeout=0").status_code == 403
+
+
+def test_a_node_asked_for_its_full_state_counts_as_heard_while_its_full_beats_are_shed(
+    api: Api, cp: ControlPlane, clock: ManualClock
+) -> None:
+    """A node that moved to this replica sends deltas against a base it does not hold and is
+    asked for its full state; a busy server then sheds the full heartbeats. The node is
+    talking all along: it must not be judged silent (a 5,000-node fleet on two replicas lost
+    nodes so, docs/benchmarks.md)."""
+    agent = api.tokens["agent"]
+    assert api.call(agent, "POST", "/v1/agent/heartbeat", BEAT).status_code == 200
+    timeout = cp.settings.node_timeout_s
+    delta = {**BEAT, "seq": 7, "base": 6, "agent_id": "0123456789abcdef"}
+    for _ in range(3):
+        clock.advance(timeout / 2)
+        answer = api.call(agent, "POST", "/v1/agent/heartbeat", delta)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["want_full"] is True
+        # ... and the full heartbeat it sends next is shed (the server is busy): nothing else
+        # is heard of it.
+    assert NodeService(cp).mark_silent_nodes_down(watching_since=0.0) == []
+    assert _last_heartbeat(cp) == clock.now()

@@ -20,8 +20,10 @@ from unittest import mock
 import httpx
 import pytest
 import uvicorn
+from sqlalchemy import create_engine, text
 from uvicorn.protocols.http import httptools_impl
 
+from gpupool.api import deps
 from gpupool.cli import serverhttp
 from gpupool.cli.server import pool_app
 from gpupool.control.settings import ServerSettings
@@ -38,13 +40,12 @@ BEAT: dict[str, Any] = {
 class Served:
     """The pool's app behind uvicorn with gpupool's protocol, in a thread of this process."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, **settings_args: Any) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
-        settings = ServerSettings(
-            home=home, database_url=f"sqlite:///{home / 'gpupool.db'}", port=self.port
-        )
+        self.db = f"sqlite:///{home / 'gpupool.db'}"
+        settings = ServerSettings(home=home, database_url=self.db, port=self.port, **settings_args)
         home.mkdir(parents=True, exist_ok=True)
         app = pool_app(settings)
         config = uvicorn.Config(
@@ -214,3 +215,66 @@ def test_anything_but_a_quiet_heartbeat_gets_the_routes_answer(
     node = served.admin.get("/v1/nodes/n1").json()
     temps = [d.get("temperature_c") for d in node.get("devices", [])]
     assert 95.0 in temps, node
+
+
+def _beats_every(pool: Served, token: str, body: bytes, every_s: float, count: int) -> list[int]:
+    statuses = []
+    for _ in range(count):
+        [(status, _, _)] = _exchange(pool.port, [_request(token, body)], 1)
+        statuses.append(status)
+        time.sleep(every_s)
+    return statuses
+
+
+def test_a_node_with_its_own_token_stays_on_the_short_way_at_the_caches_lifetime(
+    tmp_path: Path,
+) -> None:
+    """Each node its own token, heartbeating about as often as the principal cache keeps an
+    entry: the token is renewed in the background (one query for all), so its quiet
+    heartbeats do not each authenticate again through the route."""
+    pool = Served(tmp_path / "home", auth_cache_s=1.0)
+    try:
+        body = _settle(pool)
+        real = deps._authenticate
+        calls: list[str] = []
+
+        def counted(cp: Any, secret: str | None, now: float) -> Any:
+            calls.append(str(secret))
+            return real(cp, secret, now)
+
+        with mock.patch.object(deps, "_authenticate", counted):
+            statuses = _beats_every(pool, pool.agent, body, 1.0, 8)
+        assert statuses == [200] * 8
+        # On the old code every beat found the entry gone (8 authentications); renewed, the
+        # token is authenticated through the route at most once, when first seen again.
+        assert calls.count(pool.agent) <= 1, calls
+    finally:
+        pool.close()
+
+
+def test_a_token_revoked_by_another_process_stops_working_within_the_caches_lifetime(
+    tmp_path: Path,
+) -> None:
+    """Renewals read the store: a token revoked elsewhere (another server of the same store)
+    is refused within about one lifetime of the cache, as before, even while in use."""
+    pool = Served(tmp_path / "home", auth_cache_s=1.0)
+    try:
+        body = _settle(pool)
+        assert _beats_every(pool, pool.agent, body, 0.25, 8) == [200] * 8
+        engine = create_engine(pool.db)
+        with engine.begin() as conn:  # what another server's revocation leaves in the store
+            conn.execute(
+                text("UPDATE tokens SET revoked_at = 1 WHERE revoked_at IS NULL AND user = 'a1'")
+            )
+        engine.dispose()
+        revoked = time.monotonic()
+        statuses: list[int] = []
+        while time.monotonic() - revoked < 20.0:
+            statuses += _beats_every(pool, pool.agent, body, 0.2, 1)
+            if statuses[-1] == 401:
+                break
+        # Refused: a renewal does not keep a token the store revoked (with renewals for ever
+        # it would be taken for the whole 20 s).
+        assert statuses[-1] == 401, statuses
+    finally:
+        pool.close()

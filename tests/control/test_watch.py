@@ -6,6 +6,7 @@ written in one batch a second at most."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy import select
 from gpupool.api.shedding import watch
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.clock import ManualClock
+from gpupool.control.services.auth import authenticate
 from gpupool.control.services.liveness import Liveness
 from gpupool.store.models import NodeModel
 from tests.control.builders import register
@@ -58,6 +60,9 @@ def test_an_idle_watch_sleeps_and_news_of_heard_nodes_wakes_it_to_write_them_in_
 
     monkeypatch.setattr(Liveness, "flush", counted_flush)
 
+    # As gpupool up keeps tokens (5 minutes): the watch need not look for tokens to renew.
+    cp.principals.ttl_s = 300.0
+
     async def main() -> int:
         task = asyncio.create_task(watch(cp))
         try:
@@ -83,3 +88,32 @@ def test_an_idle_watch_sleeps_and_news_of_heard_nodes_wakes_it_to_write_them_in_
     idle_looks = asyncio.run(main())
     assert idle_looks <= 1  # one look at the start, then asleep
     assert [heard for heard, _, _ in flushes] == [1, 5]  # the five in one batch
+
+
+def test_a_token_in_use_on_an_idle_server_is_renewed_though_the_watch_sleeps(
+    cp: ControlPlane,
+) -> None:
+    # No node heard, no news: the watch sleeps, but no longer than half the cache's lifetime,
+    # so a token in use is checked again and renewed before its entry runs out
+    # (auth.revalidate), and its calls keep the short way.
+    cp.principals.ttl_s = 10.0
+    secret = cp.settings.admin_token_path.read_text().strip()
+
+    async def main() -> list[float]:
+        task = asyncio.create_task(watch(cp))
+        missed: list[float] = []
+        try:
+            await asyncio.sleep(0.5)  # the watch is asleep, nothing to do
+            with cp.read() as s:  # then a call: its token cached, then used
+                authenticate(s, secret, cp.now(), cp.principals)
+            start = time.monotonic()
+            while time.monotonic() - start < 15.0:  # past the entry's first lifetime
+                if cp.principals.get(secret, cp.now()) is None:
+                    missed.append(time.monotonic() - start)
+                await asyncio.sleep(0.5)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return missed
+
+    assert asyncio.run(main()) == []  # never ran out

@@ -49,8 +49,8 @@ NODE_HEADER = b"x-gpupool-node"
 #: The least time between two liveness flushes of :func:`watch`, and how often it wakes while an
 #: agent call is in flight (seconds).
 WATCH_EVERY_S = 1.0
-#: The longest :func:`watch` sleeps with nothing heard, due or in flight (seconds): news wakes
-#: it before; this is only a safety net.
+#: The longest :func:`watch` sleeps with nothing heard, due or in flight (seconds; shorter
+#: while tokens may need renewing: see ``_longest_sleep_s``): news wakes it before.
 IDLE_WATCH_S = 60.0
 #: Store connections kept for everything but agents' calls: an agent's call is shed rather
 #: than wait for a connection when fewer than this are free.
@@ -160,7 +160,8 @@ async def watch(cp: ControlPlane) -> None:
             if cp.admission.busy():
                 due = WATCH_EVERY_S if due is None else min(due, WATCH_EVERY_S)
             if due is None or due > 0:
-                wait = IDLE_WATCH_S if due is None else min(due, IDLE_WATCH_S)
+                longest = _longest_sleep_s(cp)
+                wait = longest if due is None else min(due, longest)
                 t0 = time.monotonic()
                 if not await _woken(news, wait):  # timed: how late it came is the lag
                     cp.admission.note_loop_lag(time.monotonic() - t0 - wait)
@@ -179,6 +180,18 @@ async def watch(cp: ControlPlane) -> None:
                 log.warning("could not write heartbeats' liveness and telemetry: %s", exc)
     finally:
         cp.admission.on_news = None
+
+
+def _longest_sleep_s(cp: ControlPlane) -> float:
+    """The longest :func:`watch` sleeps without news: ``IDLE_WATCH_S``, or half the principal
+    cache's lifetime when that is shorter (any API call may start using a cached token
+    without news, and one in use is renewed in the second half of its entry's lifetime:
+    ``auth.revalidate``), at least ``WATCH_EVERY_S``. 2.5 s for ``gpupool server``'s 5 s
+    cache; ``gpupool up`` keeps tokens 300 s, so its watch sleeps the whole minute."""
+    ttl = cp.principals.ttl_s
+    if ttl <= 0:
+        return IDLE_WATCH_S
+    return min(IDLE_WATCH_S, max(WATCH_EVERY_S, ttl / 2))
 
 
 def _setter(event: asyncio.Event) -> Callable[[], None]:

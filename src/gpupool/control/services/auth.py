@@ -17,6 +17,17 @@ still checked on every request. Revoking a token, deleting or changing a user cl
 cache of the server process that did it at once; other processes of the same store (other
 workers, other servers) see the change within the cache's lifetime
 (``ServerSettings.auth_cache_s``, 5 s by default).
+
+**Renewal in batches** (:func:`revalidate`): a token in use is checked against the store again
+before its entry runs out, for all such tokens in one query (``Liveness.flush``, once a
+second), and its entry renewed for another lifetime. Without it a fleet whose nodes each have
+their own token (docs/deploy.md allows both) heartbeating every 5 s found its entry gone at
+each heartbeat (the lifetime is 5 s too), so every quiet heartbeat took the route's way, a
+worker thread and a query of its own, instead of the short way. The bound on what another
+process sees stays the same: a renewal reads the store, so a revoked token is dropped at the
+next renewal, within the entry's lifetime of the revocation. A token is renewed once after it
+was last used (or put again just after its entry ran out), not for ever: an unused token's
+entry still runs out, and a token used less often than its lifetime costs no renewals.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -92,17 +104,68 @@ class PrincipalCache:
         self.ttl_s = ttl_s
         # digest -> (principal, token expires_at or None, monotonic deadline of the entry)
         self._entries: dict[str, tuple[Principal, float | None, float]] = {}
+        self._fresh: set[str] = set()  # digests put or used since their last renewal
         self._lock = threading.Lock()
         self.generation = 0
 
     def get(self, secret: str, now: float) -> Principal | None:
-        entry = self._entries.get(hash_secret(secret))
+        digest = hash_secret(secret)
+        entry = self._entries.get(digest)
         if entry is None:
             return None
         principal, expires_at, deadline = entry
         if time.monotonic() >= deadline or (expires_at is not None and expires_at <= now):
             return None
+        self._fresh.add(digest)
         return principal
+
+    def due(self, limit: int = 10_000) -> list[str]:
+        """The digests to check again now (at most ``limit``): used since their last renewal
+        (or put again just after they ran out), with less than half their lifetime left; they
+        are no longer counted as used."""
+        soon = time.monotonic() + self.ttl_s / 2
+        with self._lock:
+            due = [d for d in self._fresh if d in self._entries and self._entries[d][2] < soon]
+            due = due[:limit]
+            self._fresh.difference_update(due)
+            self._fresh.intersection_update(self._entries)
+        return due
+
+    def has_due(self) -> bool:
+        """Whether :meth:`due` would give anything (cheap; no lock)."""
+        if not self._fresh:
+            return False
+        soon = time.monotonic() + self.ttl_s / 2
+        entries = self._entries
+        for digest in list(self._fresh):
+            entry = entries.get(digest)  # another thread may drop it meanwhile
+            if entry is not None and entry[2] < soon:
+                return True
+        return False
+
+    def due_in(self) -> float | None:
+        """Seconds until :meth:`has_due` is first true if no token is used meanwhile (0 when
+        it is); ``None`` while no token in use waits for a renewal. For a caller that sleeps
+        in between instead of asking once a second (``api/shedding.py``: ``watch``)."""
+        entries = self._entries
+        deadlines = [entries[d][2] for d in list(self._fresh) if d in entries]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - self.ttl_s / 2 - time.monotonic())
+
+    def renew(
+        self, digest: str, principal: Principal, expires_at: float | None, generation: int
+    ) -> None:
+        """Keep ``digest``'s principal, as checked in the store just now, for another lifetime."""
+        with self._lock:
+            if generation == self.generation and digest in self._entries:
+                deadline = time.monotonic() + self.ttl_s
+                self._entries[digest] = (principal, expires_at, deadline)
+
+    def drop(self, digests: list[str]) -> None:
+        with self._lock:
+            for digest in digests:
+                self._entries.pop(digest, None)
 
     def put(
         self, secret: str, principal: Principal, expires_at: float | None, generation: int
@@ -114,13 +177,70 @@ class PrincipalCache:
                 return  # cleared while this lookup ran: its answer may be stale
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.clear()
-            deadline = time.monotonic() + self.ttl_s
-            self._entries[hash_secret(secret)] = (principal, expires_at, deadline)
+            now_mono = time.monotonic()
+            digest = hash_secret(secret)
+            before = self._entries.get(digest)
+            self._entries[digest] = (principal, expires_at, now_mono + self.ttl_s)
+            if before is not None and now_mono - before[2] < self.ttl_s / 2:
+                # Used again just after its entry ran out (a node heartbeating about as
+                # often as the lifetime): keep it renewed from now on. A token used less
+                # often is not renewed for nothing (an idle pool's one agent).
+                self._fresh.add(digest)
 
     def clear(self) -> None:
         with self._lock:
             self.generation += 1
             self._entries.clear()
+            self._fresh.clear()
+
+
+def revalidate(session: Session, cache: PrincipalCache, now: float) -> tuple[int, int]:
+    """Check the cache's due tokens (:meth:`PrincipalCache.due`) against the store in one
+    query and renew those still valid, as :func:`authenticate` would find them; drop the
+    others. Returns ``(renewed, dropped)``."""
+    generation = cache.generation
+    due = cache.due()
+    if not due:
+        return 0, 0
+    renewed: set[str] = set()
+    for start in range(0, len(due), 1000):
+        rows = session.execute(
+            _TOKEN_AND_USER.where(TokenModel.secret_sha256.in_(due[start : start + 1000]))
+        ).all()
+        for row in rows:
+            if _refusal(row, now) is None:
+                cache.renew(row.secret_sha256, _principal(row), row.expires_at, generation)
+                renewed.add(row.secret_sha256)
+    gone = [d for d in due if d not in renewed]
+    cache.drop(gone)
+    return len(renewed), len(gone)
+
+
+_TOKEN_AND_USER = select(
+    TokenModel.id,
+    TokenModel.secret_sha256,
+    TokenModel.revoked_at,
+    TokenModel.expires_at,
+    UserModel.name,
+    UserModel.role,
+    UserModel.tenant,
+    UserModel.disabled,
+).join(UserModel, UserModel.name == TokenModel.user)
+
+
+def _refusal(row: Any, now: float) -> str | None:
+    """Why the token of ``row`` (``_TOKEN_AND_USER``) may not be used now, or ``None``."""
+    if row.revoked_at is not None:
+        return "the API token was revoked: ask an admin for a new one"
+    if row.expires_at is not None and row.expires_at <= now:
+        return "the API token has expired: create a new one"
+    if row.disabled:
+        return f"user {row.name} is disabled: ask an admin"
+    return None
+
+
+def _principal(row: Any) -> Principal:
+    return Principal(user=row.name, role=Role(row.role), tenant=row.tenant, token_id=row.id)
 
 
 def authenticate(
@@ -138,29 +258,13 @@ def authenticate(
             return hit
     generation = cache.generation if cache is not None else 0
     digest = hash_secret(secret)
-    row = session.execute(
-        select(
-            TokenModel.id,
-            TokenModel.secret_sha256,
-            TokenModel.revoked_at,
-            TokenModel.expires_at,
-            UserModel.name,
-            UserModel.role,
-            UserModel.tenant,
-            UserModel.disabled,
-        )
-        .join(UserModel, UserModel.name == TokenModel.user)
-        .where(TokenModel.secret_sha256 == digest)
-    ).first()
+    row = session.execute(_TOKEN_AND_USER.where(TokenModel.secret_sha256 == digest)).first()
     if row is None or not hmac.compare_digest(row.secret_sha256, digest):
         raise Unauthorized("the API token is not valid: check it, or ask an admin for a new one")
-    if row.revoked_at is not None:
-        raise Unauthorized("the API token was revoked: ask an admin for a new one")
-    if row.expires_at is not None and row.expires_at <= now:
-        raise Unauthorized("the API token has expired: create a new one")
-    if row.disabled:
-        raise Unauthorized(f"user {row.name} is disabled: ask an admin")
-    principal = Principal(user=row.name, role=Role(row.role), tenant=row.tenant, token_id=row.id)
+    refusal = _refusal(row, now)
+    if refusal is not None:
+        raise Unauthorized(refusal)
+    principal = _principal(row)
     if cache is not None:
         cache.put(secret, principal, row.expires_at, generation)
     return principal

@@ -310,6 +310,10 @@ class HeartbeatService:
         return self._quiet(full, self.cp.orders.seq(req.node))
 
     def _want_full(self, req: HeartbeatRequest) -> HeartbeatResponse:
+        # The node is talking (its token checked), only its base is not held here (it moved
+        # from another replica, or this server restarted): it counts as heard, or a node
+        # whose full heartbeats are then shed by a busy server would be judged silent.
+        self.cp.admission.heard(req.node, self.cp.now())
         settings = self.cp.settings
         return HeartbeatResponse(
             epoch=0,  # nothing in this answer is acted on

@@ -1,9 +1,9 @@
-"""What the server writes once a second for the heartbeats it did not apply one by one.
+"""What the server writes, at most once a second, for the heartbeats it did not apply one by one.
 
 Two kinds of heartbeat leave something to write later: shed ones (the server was busy, see
 :mod:`~gpupool.control.machinery.admission`) and quiet ones (nothing new, answered from memory,
-see :mod:`~gpupool.control.machinery.settled`). :meth:`Liveness.flush`, called once a second by
-the API process (``api/shedding.py``: ``watch``), writes in a few bounded transactions:
+see :mod:`~gpupool.control.machinery.settled`). :meth:`Liveness.flush`, called at most once a second
+by the API process (``api/shedding.py``: ``watch``), writes in a few bounded transactions:
 
 1. when each node was last heard (``NodeService.record_heard``: one batched update; a node at
    most every ``heard_every_s``, 10 s or a quarter of the node timeout: the leader writes all
@@ -12,7 +12,10 @@ the API process (``api/shedding.py``: ``watch``), writes in a few bounded transa
    ``BATCH_ROWS`` rows a transaction);
 3. then, when quiet answers were given since and ``REFRESH_S`` passed, it reads every node's
    ``orders_version`` and the leader epoch, and drops the settled nodes whose orders moved in
-   another process (or all of them on a new epoch).
+   another process (or all of them on a new epoch);
+4. and it checks the cached tokens in use that are about to run out against the store, in one
+   query, and renews them (:func:`~gpupool.control.services.auth.revalidate`), so that the
+   quiet heartbeats of nodes with a token each stay on the short way.
 
 Nothing is done, and no transaction opened, while there is nothing to write and no node is
 settled (an idle server); :meth:`Liveness.due_in` says when there will be, so the caller may
@@ -27,6 +30,7 @@ import time
 from sqlalchemy import bindparam, select, update
 
 from gpupool.control.context import ControlPlane
+from gpupool.control.services.auth import revalidate
 from gpupool.control.services.nodes import NodeService, current_epoch
 from gpupool.store.models import DeviceModel, NodeModel
 
@@ -50,12 +54,13 @@ class Liveness:
             self.cp.admission.has_heard(every, self.cp.now())
             or self.cp.settled.has_samples()
             or self._refresh_due()
+            or self.cp.principals.has_due()
         )
 
     def due_in(self) -> float | None:
         """Seconds until :meth:`pending` is first true if nothing new happens (0 when it is
-        now); ``None``: not before a node is heard again. For a caller that sleeps in
-        between instead of asking once a second (``api/shedding.py``: ``watch``)."""
+        now); ``None``: not before a node is heard or a token used again. For a caller that
+        sleeps in between instead of asking once a second (``api/shedding.py``: ``watch``)."""
         if self.cp.settled.has_samples():
             return 0.0
         waits: list[float] = []
@@ -64,6 +69,9 @@ class Liveness:
             waits.append(heard)
         if self.cp.settled.quiet != self._quiet_seen:
             waits.append(max(0.0, REFRESH_S - (time.monotonic() - self._refreshed)))
+        tokens = self.cp.principals.due_in()
+        if tokens is not None:
+            waits.append(tokens)
         return min(waits, default=None)
 
     def _refresh_due(self) -> bool:
@@ -78,6 +86,9 @@ class Liveness:
         heard = self.nodes.record_heard(due_only=True)
         written = self.record_telemetry()
         dropped = self.refresh_settled() if self._refresh_due() else 0
+        if self.cp.principals.has_due():
+            with self.cp.read() as s:
+                revalidate(s, self.cp.principals, self.cp.now())
         return heard, written, dropped
 
     def record_telemetry(self) -> int:
