@@ -148,7 +148,8 @@ class PrincipalCache:
         it is); ``None`` while no token in use waits for a renewal. For a caller that sleeps
         in between instead of asking once a second (``api/shedding.py``: ``watch``)."""
         entries = self._entries
-        deadlines = [entries[d][2] for d in list(self._fresh) if d in entries]
+        found = [entries.get(d) for d in list(self._fresh)]  # one may be dropped meanwhile
+        deadlines = [entry[2] for entry in found if entry is not None]
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - self.ttl_s / 2 - time.monotonic())
