@@ -66,6 +66,36 @@ def test_a_shed_heartbeat_is_answered_503_and_still_keeps_its_node_up(
     assert downs == ["n2"]
 
 
+def test_a_shed_heartbeat_keeps_its_node_up_when_its_token_is_no_longer_in_memory(
+    cp: ControlPlane, clock: ManualClock
+) -> None:
+    """A busy server sheds every heartbeat, and the cache entry of the agents' token runs
+    out meanwhile (nothing renews it: the calls that would are shed). The shed heartbeats
+    still count, once the token is checked in the store (a 5,000-node fleet on two replicas
+    had nodes marked down so, docs/benchmarks.md)."""
+    api = make_api(cp)
+    agent = api.tokens["agent"]
+    register(cp, "n1")
+    cp.admission.limits["heartbeat"] = 0
+    timeout = cp.settings.node_timeout_s
+    nodes = NodeService(cp)
+    for _ in range(4):
+        clock.advance(timeout / 2)
+        cp.principals.clear()  # the entry ran out
+        answer = api.client.post(
+            "/v1/agent/heartbeat",
+            json={"node": "n1", "epoch": 0},
+            headers={"Authorization": f"Bearer {agent}", "X-Gpupool-Node": "n1"},
+        )
+        assert answer.status_code == 503, answer.text
+        assert nodes.mark_silent_nodes_down(watching_since=0.0) == []
+    with cp.read() as s:
+        node = s.get(NodeModel, "n1")
+        assert node is not None
+        assert node.state == "up"
+        assert node.last_heartbeat == clock.now()
+
+
 def test_a_shed_heartbeat_without_a_known_token_proves_nothing(
     cp: ControlPlane, clock: ManualClock
 ) -> None:

@@ -6,8 +6,9 @@ have to wait for a store connection (:func:`store_pool_has_room`), is answered a
 ``503``, a ``Retry-After`` in whole seconds (random, spread over the server's
 backlog; a heartbeat's at most the heartbeat interval) and a problem body that says so, before
 the request's body is parsed, its token looked up in the store or a worker thread taken. A
-shed heartbeat whose token is known (in the principal cache) and which names its node
-(``X-Gpupool-Node``, sent by agents since this version) counts as heard.
+shed heartbeat that names its node (``X-Gpupool-Node``, sent by agents since this version)
+counts as heard: at once when its token is in the principal cache, else once the token is
+checked, with every other such token in one query, before the heard nodes are written.
 
 :func:`watch` runs on the event loop for the app's lifetime: it writes what shed and quiet
 heartbeats left to write (:mod:`~gpupool.control.services.liveness`), at most once a second,
@@ -31,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Unavailable
+from gpupool.control.services.auth import hash_secret
 from gpupool.control.services.liveness import Liveness
 from gpupool.domain.users import Permission
 
@@ -105,7 +107,12 @@ class AgentShedding:
             return
         now = self.cp.now()
         who = self.cp.principals.get(secret.strip(), now)
-        if who is not None and who.can(Permission.AGENT):
+        if who is None:
+            # Not in memory (a busy server's cache may have run out while it shed the calls
+            # that would have renewed it): heard once the token is checked, in one query for
+            # all such nodes before the next write (``NodeService.record_heard``).
+            self.cp.admission.heard_by_token(node[:64], hash_secret(secret.strip()), now)
+        elif who.can(Permission.AGENT):
             self.cp.admission.heard(node[:64], now)
 
 

@@ -100,6 +100,7 @@ class Admission:
         self._done = {kind: _Window() for kind in self.limits}
         self._shed = {kind: _Window() for kind in self.limits}
         self._lag = _Window()
+        self._unverified: dict[str, tuple[str, float]] = {}  # see heard_by_token
         self._heard: dict[str, float] = {}
         self._written: dict[str, float] = {}  # node -> heard time last written (store time)
         self.shed_total = dict.fromkeys(self.limits, 0)
@@ -178,10 +179,27 @@ class Admission:
                 self._heard[node] = when
         self._news()
 
+    def heard_by_token(self, node: str, digest: str, when: float) -> None:
+        """A heartbeat of ``node`` was shed at ``when`` with a token not in the principal
+        cache (its hash ``digest``): heard once the token is checked (``take_unverified``)."""
+        with self._lock:
+            kept = self._unverified.get(node)
+            if kept is None or when > kept[1]:
+                self._unverified[node] = (digest, when)
+
+    def take_unverified(self) -> dict[str, tuple[str, float]]:
+        """The nodes heard with a token still to check: node -> (token hash, when)."""
+        with self._lock:
+            taken, self._unverified = self._unverified, {}
+            return taken
+
     def has_heard(self, every_s: float = 0.0, now: float | None = None) -> bool:
         """Whether a node heard is due to be written: any, or (with ``every_s``) one whose
-        time was last written ``every_s`` or more before ``now`` (store time)."""
+        time was last written ``every_s`` or more before ``now`` (store time); or one heard
+        with a token still to check."""
         with self._lock:
+            if self._unverified:
+                return True
             if every_s <= 0.0 or now is None:
                 return bool(self._heard)
             return any(now - self._written.get(n, -math.inf) >= every_s for n in self._heard)

@@ -217,6 +217,22 @@ def revalidate(session: Session, cache: PrincipalCache, now: float) -> tuple[int
     return len(renewed), len(gone)
 
 
+def agent_tokens(session: Session, digests: list[str], now: float) -> set[str]:
+    """Which of the token hashes ``digests`` are valid now for a principal that may act as
+    an agent (one query per thousand)."""
+    valid: set[str] = set()
+    for start in range(0, len(digests), 1000):
+        rows = session.execute(
+            _TOKEN_AND_USER.where(TokenModel.secret_sha256.in_(digests[start : start + 1000]))
+        ).all()
+        valid.update(
+            row.secret_sha256
+            for row in rows
+            if _refusal(row, now) is None and _principal(row).can(Permission.AGENT)
+        )
+    return valid
+
+
 _TOKEN_AND_USER = select(
     TokenModel.id,
     TokenModel.secret_sha256,

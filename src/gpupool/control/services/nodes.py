@@ -28,7 +28,13 @@ from gpupool.control.errors import Conflict, Invalid, NotFound
 from gpupool.control.machinery.lifecycle import Ending, end_assignments
 from gpupool.control.machinery.orders import mark
 from gpupool.control.services import audit
-from gpupool.control.services.auth import Actor, Principal, require, tenant_visible
+from gpupool.control.services.auth import (
+    Actor,
+    Principal,
+    agent_tokens,
+    require,
+    tenant_visible,
+)
 from gpupool.control.services.envelope import envelopes
 from gpupool.domain.assignments import AssignmentState, StopReason
 from gpupool.domain.errors import InvalidValue
@@ -400,11 +406,30 @@ class NodeService:
         process, leading, reads of it. This process writes everything before it judges."""
         return min(HEARD_EVERY_S, self.cp.settings.node_timeout_s / 4)
 
+    def _check_unverified(self) -> None:
+        """Nodes whose shed heartbeats came with a token not in memory: heard if the token
+        is an agent's, valid now (one query for all; see ``Admission.heard_by_token``)."""
+        unverified = self.cp.admission.take_unverified()
+        if not unverified:
+            return
+        digests = sorted({digest for digest, _ in unverified.values()})
+        try:
+            with self.cp.read() as s:
+                valid = agent_tokens(s, digests, self.cp.now())
+        except Exception:
+            for node, (digest, when) in unverified.items():  # checked at the next write
+                self.cp.admission.heard_by_token(node, digest, when)
+            raise
+        for node, (digest, when) in unverified.items():
+            if digest in valid:
+                self.cp.admission.heard(node, when)
+
     def record_heard(self, *, due_only: bool = False) -> int:
         """Write when this server last heard each node whose heartbeat it did not apply (shed
         or quiet; one batched update; see :mod:`~gpupool.control.machinery.admission`);
         returns how many. ``due_only``: only those last written ``heard_every_s`` ago or more.
         A node marked down is not brought back by it: that takes a heartbeat applied."""
+        self._check_unverified()
         every = self.heard_every_s() if due_only else 0.0
         heard = self.cp.admission.take_heard(every, self.cp.now())
         if not heard:
