@@ -186,6 +186,7 @@ class Admission:
             kept = self._unverified.get(node)
             if kept is None or when > kept[1]:
                 self._unverified[node] = (digest, when)
+        self._news()
 
     def take_unverified(self) -> dict[str, tuple[str, float]]:
         """The nodes heard with a token still to check: node -> (token hash, when)."""
@@ -208,6 +209,8 @@ class Admission:
         """Seconds until :meth:`has_heard` (with ``every_s``) is first true (0 when it is);
         ``None`` while no node heard waits to be written."""
         with self._lock:
+            if self._unverified:
+                return 0.0  # a token to check: due now (see has_heard)
             if not self._heard:
                 return None
             first = min(self._written.get(n, -math.inf) for n in self._heard) + every_s
