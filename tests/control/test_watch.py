@@ -117,3 +117,40 @@ def test_a_token_in_use_on_an_idle_server_is_renewed_though_the_watch_sleeps(
         return missed
 
     assert asyncio.run(main()) == []  # never ran out
+
+
+def test_the_watch_goes_on_after_an_unexpected_error_in_a_flush(
+    cp: ControlPlane, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A flush that fails in a way nobody foresaw must not end the watch: the server would
+    # then write no shed or quiet heartbeat any more, and the leader would mark every node
+    # it heard only so down.
+    register(cp, "n1")
+    real_flush = Liveness.flush
+    failures: list[int] = []
+
+    def failing_once(self: Liveness) -> tuple[int, int, int]:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("something nobody foresaw")
+        return real_flush(self)
+
+    monkeypatch.setattr(Liveness, "flush", failing_once)
+
+    async def main() -> None:
+        task = asyncio.create_task(watch(cp))
+        try:
+            clock.advance(60.0)
+            first = cp.now()
+            cp.admission.heard("n1", first)
+            await _until(lambda: bool(failures), "the failing flush")
+            clock.advance(20.0)
+            later = cp.now()
+            cp.admission.heard("n1", later)
+            await _until(lambda: _heard_at(cp)["n1"] == later, "n1 written after the failure")
+            assert not task.done()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())

@@ -185,6 +185,8 @@ async def watch(cp: ControlPlane) -> None:
                 await run_in_threadpool(liveness.flush)
             except Unavailable as exc:
                 log.warning("could not write heartbeats' liveness and telemetry: %s", exc)
+            except Exception:  # the watch must go on, or nothing shed or quiet is written
+                log.exception("writing heartbeats' liveness and telemetry failed; will retry")
     finally:
         cp.admission.on_news = None
 
