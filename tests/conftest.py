@@ -2,6 +2,11 @@
 
 ``shared_data`` is ``../shared/data`` beside the project (override with
 ``GPUPOOL_SHARED_DATA``); tests that need a trace skip with a clear message when it is absent.
+
+`make pytest` runs the suite on several pytest-xdist workers (``pytest -n 4``). Each worker
+is given whole modules; :data:`ONE_WORKER` names the test folders whose tests must stay
+together on one worker, one test after another, beside the rest of the suite (see
+:func:`pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +26,51 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # (`--run-as agent`) unless a test names a mode. The tests of who jobs run as (issue 24) start
 # their pools without it (tests/e2e/test_hostile_job.py).
 os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
+
+#: Folders (under tests/) whose tests run on one xdist worker, one after another, and why:
+ONE_WORKER = {
+    # The session's Kubernetes control plane (etcd, kube-apiserver, scheduler, controller
+    # manager, kwok) is the heaviest fixture of the suite: started once, not once per worker.
+    "kube": "the Kubernetes control plane",
+    # Network namespaces, bridges and a /24 of 198.18.0.0/15 picked from the routes present:
+    # two workers could pick the same /24 before either adds its route.
+    "netns": "network namespaces",
+    # podman: the busybox image is imported once per content (two workers importing the same
+    # tag at once race), and the engine's storage lock serialises container starts anyway.
+    "containers": "podman",
+}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test is scheduled in under pytest-xdist: its module (module-scoped
+    fixtures such as tests/e2e's ``pool`` start once), or its whole folder for the folders
+    of :data:`ONE_WORKER`."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in ONE_WORKER:
+        return f"tests/{parts[1]}/"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`pytest -n N` (xdist's ``load``, ``loadscope`` or ``loadgroup``) hands out whole
+    :func:`work_unit` s, the biggest first, as xdist's ``loadscope`` does with modules.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` markers: on pytest 9.2 the group suffix that
+    xdist adds to a test's node id no longer takes effect, and the tests of a group are spread
+    over the workers without a word (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") not in ("load", "loadscope", "loadgroup"):
+        return None  # --dist each, loadfile or worksteal: as asked
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
 # Tests press Ctrl-C on the CLI processes they start (`run`, `alloc`, `up`) as a person at a
 # terminal does. A suite started as a background job of a non-interactive shell (`make test &`,
 # some CI runners) begins with SIGINT ignored, and an ignored signal is inherited through exec:
