@@ -55,7 +55,11 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+#: The browser lives for one module, not the session: Playwright's sync API runs its asyncio
+#: loop in the test's own thread, so while it is open every other test on that xdist worker
+#: that calls ``asyncio.run`` fails ("cannot be called from a running event loop"), and a
+#: second ``sync_playwright()`` (tests/cli/test_report_browser.py) refuses to start.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
@@ -73,9 +77,9 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[LivePool]:
-    """One server and one agent (6 simulated GPUs) for the whole browser session."""
+    """One server and one agent (6 simulated GPUs) for a module's browser tests."""
     p = LivePool(tmp_path_factory.mktemp("webpool"))
     try:
         p.start()
