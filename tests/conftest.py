@@ -11,8 +11,11 @@ together on one worker, one test after another, beside the rest of the suite (se
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +30,32 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # their pools without it (tests/e2e/test_hostile_job.py).
 os.environ.setdefault("GPUPOOL_RUN_AS", "agent")
 
-#: Folders (under tests/) whose tests run on one xdist worker, one after another, and why:
+#: Tests kept together on one xdist worker, one after another: path prefix -> work unit.
 ONE_WORKER = {
     # The session's Kubernetes control plane (etcd, kube-apiserver, scheduler, controller
     # manager, kwok) is the heaviest fixture of the suite: started once, not once per worker.
-    "kube": "the Kubernetes control plane",
+    "tests/kube/": "kube",
     # Network namespaces, bridges and a /24 of 198.18.0.0/15 picked from the routes present:
     # two workers could pick the same /24 before either adds its route.
-    "netns": "network namespaces",
+    "tests/netns/": "netns",
     # podman: the busybox image is imported once per content (two workers importing the same
     # tag at once race), and the engine's storage lock serialises container starts anyway.
-    "containers": "podman",
+    "tests/containers/": "podman",
+    # The dashboard's browser tests share one chromium and one live pool (package-scoped in
+    # tests/web/conftest.py), started once when their modules run on the same worker.
+    "tests/web/test_dashboard.py": "browser",
+    "tests/web/test_modules.py": "browser",
 }
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work a test is scheduled in under pytest-xdist: its module (module-scoped
-    fixtures such as tests/e2e's ``pool`` start once), or its whole folder for the folders
-    of :data:`ONE_WORKER`."""
+    fixtures such as tests/e2e's ``pool`` start once), or the unit :data:`ONE_WORKER` names
+    for its path."""
     path = nodeid.split("::", 1)[0]
-    parts = path.split("/")
-    if len(parts) > 2 and parts[0] == "tests" and parts[1] in ONE_WORKER:
-        return f"tests/{parts[1]}/"
+    for prefix, unit in ONE_WORKER.items():
+        if path.startswith(prefix):
+            return f"unit:{unit}"
     return path
 
 
@@ -95,3 +102,19 @@ def alibaba_csv(shared_data: Path) -> Path:
     if not path.is_dir():
         pytest.skip(f"Alibaba v2023 trace not found at {path}")
     return path
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this pytest run that every xdist worker shares (pytest's own base temporary
+    folder without xdist): where a session fixture puts what it builds once for all workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path, name: str) -> Iterator[None]:
+    """Hold the lock ``name`` of a :func:`run_folder` (one worker at a time inside)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

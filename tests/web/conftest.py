@@ -55,11 +55,12 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-#: The browser lives for one module, not the session: Playwright's sync API runs its asyncio
-#: loop in the test's own thread, so while it is open every other test on that xdist worker
-#: that calls ``asyncio.run`` fails ("cannot be called from a running event loop"), and a
-#: second ``sync_playwright()`` (tests/cli/test_report_browser.py) refuses to start.
-@pytest.fixture(scope="module")
+#: The browser lives while the tests of tests/web run, not for the session: Playwright's sync
+#: API runs its asyncio loop in the test's own thread, so while it is open every other test on
+#: that xdist worker that calls ``asyncio.run`` fails ("cannot be called from a running event
+#: loop"), and a second ``sync_playwright()`` (tests/cli/test_report_browser.py) refuses to
+#: start. Package scope: pytest closes it before the worker's next test outside tests/web.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
@@ -77,9 +78,9 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def pool(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[LivePool]:
-    """One server and one agent (6 simulated GPUs) for a module's browser tests."""
+    """One server and one agent (6 simulated GPUs) for the browser tests."""
     p = LivePool(tmp_path_factory.mktemp("webpool"))
     try:
         p.start()
