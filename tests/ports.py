@@ -8,10 +8,10 @@ before the server binds it, and the server fails with "address already in use".
 
 :func:`free_port` instead hands out ports below the ephemeral range, from a block of its own for
 each xdist worker (``PYTEST_XDIST_WORKER`` = ``gw0``, ``gw1``, ...): no client ever gets one as
-its local port and no two workers share a block. Within a process the ports are handed out in
-turn from a random start in the block (so two suites run side by side, both without xdist, do
-not walk the block in step), and each is checked by binding it: a port still held by a process
-of an earlier test (or in TIME_WAIT) is passed over.
+its local port and no two workers share a block (see :data:`BASE`). Within a process the
+ports are handed out in turn from a random start in the block (so two suites run side by side,
+both without xdist, do not walk the block in step), and each is checked by binding it: a port
+still held by a process of an earlier test (or in TIME_WAIT) is passed over.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ import re
 import socket
 import threading
 
-#: First port of the blocks (below the ephemeral range and above the well-known services).
-BASE = 20_000
-#: Ports per worker; 24 workers fit below 32768.
+#: The blocks lie in 10000-19999: below the ephemeral range, and below the ports the server
+#: gives gang jobs' rendezvous (``MASTER_PORT``, 20000-39999, control/machinery/apply_store.py),
+#: which the e2e gang jobs bind on this same machine.
+BASE = 10_000
+END = 20_000
+#: Ports per worker; 20 workers fit.
 BLOCK = 500
-_WORKERS = (32_768 - BASE) // BLOCK
+_WORKERS = (END - BASE) // BLOCK
 
 _lock = threading.Lock()
 #: This process's next offset in its block, from a random start.
