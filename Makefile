@@ -4,6 +4,7 @@
 #   make run PORT=9000            # another port (or: GPUPOOL_PORT=9000 make run)
 #   make run SIMULATE=2xA100-80GB,2xT4
 #   make test                     # lint, types, import layers, the test suite
+#   make pytest PYTEST_WORKERS=2  # the suite alone, on 2 xdist workers (default 4)
 #
 # `run` installs only what the pool needs (`pip install -e .`); the dev tools (ruff, mypy,
 # pytest, playwright, ...) come with the first target that needs them (`test`, `lint`, ...).
@@ -14,6 +15,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 PORT ?=
 SIMULATE ?=
+PYTEST_WORKERS ?= 4
 
 .PHONY: run test lint format typecheck pytest clean
 
@@ -42,8 +44,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite on PYTEST_WORKERS pytest-xdist workers (tests/conftest.py says which tests share
+# one); most tests wait on real processes, so more workers than cores pays.
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS)
 
 test: lint typecheck pytest
 

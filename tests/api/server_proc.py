@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
 
+from tests.ports import free_port
 from tests.readiness import FAILSAFE_S, answers_ready, wait_ready
 
 LAUNCH = "from gpupool.cli.main import main; main()"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class ServerProcess:

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.server_proc import ServerProcess, free_port
+from tests.api.server_proc import ServerProcess
+from tests.ports import free_port
 from tests.store.fixtures import IN_CI
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

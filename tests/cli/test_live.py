@@ -520,7 +520,11 @@ def _pool_env(pool: LocalPool) -> dict[str, str]:
         "GPUPOOL_HOME": str(pool.home),
         "GPUPOOL_SERVER": pool.url,
         "TERM": "xterm-256color",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        # the caller's PYTHONPATH first: a run against a tree (PYTHONPATH=$PWD/src) starts
+        # its CLI processes from that tree too
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (os.environ.get("PYTHONPATH"), str(Path(__file__).resolve().parents[2])) if p
+        ),
     }
 
 
@@ -595,3 +599,40 @@ def test_ctrl_c_or_sigterm_on_run_cancels_the_job(
         assert proc.returncode == code
         assert f"cancelled job {jobs[0].id}" in err.decode()
         assert gp.wait(jobs[0].id, timeout_s=60, poll_s=0.2).state == "CANCELLED"
+
+
+#: A ``sitecustomize`` that makes ``gpupool run``'s import of its stream (gpupool.cli.jobs,
+#: imported after the submit) take 5 s, as a loaded machine's imports may.
+SLOW_STREAM_IMPORT = """
+import sys, time
+class _SlowStream:
+    def find_spec(self, name, path=None, target=None):
+        if name == "gpupool.cli.jobs":
+            time.sleep(5)
+        return None
+sys.meta_path.insert(0, _SlowStream())
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_right_after_the_submit_cancels_the_job(
+    pool_env: LocalPool, tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """The signal lands between the submit ("Submitted job") and the stream: the job is
+    cancelled all the same, not left running behind a ``run`` that is gone."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_STREAM_IMPORT)
+    env = _pool_env(pool_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    name = f"early-{sig.name.lower()}"
+    cmd = [sys.executable, "-m", "gpupool.cli", "run", "-J", name, "-g", "0.1", "--", "sleep", "60"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = _read_until(proc.stderr.fileno(), b"to pool")
+    proc.send_signal(sig)
+    _, rest = proc.communicate(timeout=FAILSAFE_S)
+    err += rest
+    job_id = err.split(b"Submitted job ", 1)[1].split()[0].decode()
+    assert proc.returncode == code, err
+    assert f"cancelled job {job_id}" in err.decode()
+    with client(pool_env) as gp:
+        assert gp.wait(job_id, timeout_s=60, poll_s=0.2).state == "CANCELLED"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.pool import free_port
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.server_proc import free_port
+from tests.ports import free_port
 
 
 @pytest.mark.parametrize(

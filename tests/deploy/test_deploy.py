@@ -24,7 +24,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.pool import free_port, wait_for
+from tests.e2e.pool import wait_for
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 T = TypeVar("T")
@@ -88,12 +88,6 @@ if "rendezvous" in modes:
                 time.sleep(0.1)
         c.sendall(f"hello from rank {rank}".encode()); c.close(); save(peer="sent")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "it") -> T:

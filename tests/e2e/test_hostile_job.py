@@ -37,7 +37,7 @@ import pytest
 
 from gpupool.agent.dynuid import FIRST_UID, LAST_UID, processes_of, registry_path
 from gpupool.client.pack import pack_folder
-from tests.e2e.pool import free_port, wait_for
+from tests.e2e.pool import wait_for
 from tests.e2e.test_job_credentials import (
     SYSTEM_PYTHON,
     Proc,
@@ -47,6 +47,7 @@ from tests.e2e.test_job_credentials import (
     needs_root,
     open_root,
 )
+from tests.ports import free_port
 
 __all__ = ["open_root"]  # the fixture, used by name
 

@@ -37,7 +37,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.pool import free_port, wait_for
+from tests.e2e.pool import wait_for
+from tests.ports import free_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 

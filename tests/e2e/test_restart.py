@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.pool import PY, Pool, free_port, wait_for
+from tests.e2e.pool import PY, Pool, wait_for
+from tests.ports import free_port
 
 NODE_TIMEOUT_S = 3.0
 

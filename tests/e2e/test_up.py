@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.pool import free_port, wait_for
+from tests.e2e.pool import wait_for
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 

@@ -41,7 +41,8 @@ import pytest
 
 import gpupool
 from gpupool.client import Client
-from tests.e2e.pool import PY, REPO, Pool, free_port, wait_for
+from tests.e2e.pool import PY, REPO, Pool, wait_for
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 

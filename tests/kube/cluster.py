@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 from gpupool.kube.client import KubeClient, KubeConfig, KubeError
 from tests.kube.pki import Pki, kubeconfig, make_pki
+from tests.ports import free_port
 from tests.readiness import wait_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +73,6 @@ def kwok_node(name: str, *, cpu: str, memory: str, pods: str = "110") -> dict[st
         },
         "status": {"allocatable": resources, "capacity": dict(resources)},
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ControlPlane:

@@ -8,18 +8,28 @@ import pytest
 
 from gpupool.runtime.shim import DeviceSlice, Region, job_env
 from gpupool.shim.build import ensure_built
-from tests.shim.helpers import Natives, Probe, build_natives, fake_uuid
+from tests.conftest import run_folder, run_lock
+from tests.shim.helpers import Natives, Probe, build_natives, fake_uuid, natives_in
 
 MIB = 1 << 20
 
 
 @pytest.fixture(scope="session")
 def natives(tmp_path_factory: pytest.TempPathFactory) -> Natives:
+    """The shim and the test programs, built once per run for every xdist worker (a worker
+    each built them before: a C build of several seconds of CPU per worker)."""
     if shutil.which("cc") is None:
         pytest.skip("the shim tests need a C compiler (cc)")
-    # A fresh cache: the tests also check that a clean machine builds the shim.
-    shim = ensure_built(cache=tmp_path_factory.mktemp("shim-cache"))
-    return build_natives(tmp_path_factory.mktemp("natives"), shim)
+    shared = run_folder(tmp_path_factory) / "shim-natives"
+    with run_lock(shared, "build"):
+        # A fresh cache for the run: the tests also check that a clean machine builds the shim.
+        shim = ensure_built(cache=shared / "shim-cache")
+        done = shared / "natives.built"
+        if done.exists():
+            return natives_in(shared / "natives", shim)
+        built = build_natives(shared / "natives", shim)
+        done.touch()
+        return built
 
 
 @pytest.fixture

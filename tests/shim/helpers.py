@@ -48,23 +48,31 @@ class Natives:
     direct: Path  # a program linked against libcuda.so.1 itself
 
 
-def build_natives(out: Path, shim: ShimBuild) -> Natives:
+def natives_in(out: Path, shim: ShimBuild) -> Natives:
+    """Where :func:`build_natives` puts the programs it builds in ``out``."""
     fake_dir = out / "fake"
+    return Natives(shim=shim, fake=fake_dir / "libcuda.so.1",
+                   fake_nvml=fake_dir / "libnvidia-ml.so.1", probe=out / "probe",
+                   direct=out / "direct")  # fmt: skip
+
+
+def build_natives(out: Path, shim: ShimBuild) -> Natives:
+    built = natives_in(out, shim)
+    fake_dir = built.fake.parent
     fake_dir.mkdir(parents=True, exist_ok=True)
-    fake = fake_dir / "libcuda.so.1"
+    fake = built.fake
     cc([*CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden", str(HERE / "fake_cuda.c"), "-o",
         str(fake), "-Wl,-soname,libcuda.so.1", "-ldl", "-lpthread"], out)  # fmt: skip
-    fake_nvml = fake_dir / "libnvidia-ml.so.1"
+    fake_nvml = built.fake_nvml
     cc([*CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden", str(HERE / "fake_nvml.c"), "-o",
         str(fake_nvml), "-Wl,-soname,libnvidia-ml.so.1"], out)  # fmt: skip
-    probe = out / "probe"
-    cc([*CFLAGS, str(HERE / "probe.c"), "-o", str(probe), "-ldl", "-lpthread"], out)
-    direct = out / "direct"
+    cc([*CFLAGS, str(HERE / "probe.c"), "-o", str(built.probe), "-ldl", "-lpthread"], out)
     cc(
-        [*CFLAGS, str(HERE / "direct.c"), "-o", str(direct), f"-L{fake_dir}", "-l:libcuda.so.1"],
+        [*CFLAGS, str(HERE / "direct.c"), "-o", str(built.direct), f"-L{fake_dir}",
+         "-l:libcuda.so.1"],
         out,
-    )
-    return Natives(shim=shim, fake=fake, fake_nvml=fake_nvml, probe=probe, direct=direct)
+    )  # fmt: skip
+    return built
 
 
 class Probe:

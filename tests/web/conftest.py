@@ -55,7 +55,12 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+#: The browser lives while the tests of tests/web run, not for the session: Playwright's sync
+#: API runs its asyncio loop in the test's own thread, so while it is open every other test on
+#: that xdist worker that calls ``asyncio.run`` fails ("cannot be called from a running event
+#: loop"), and a second ``sync_playwright()`` (tests/cli/test_report_browser.py) refuses to
+#: start. Package scope: pytest closes it before the worker's next test outside tests/web.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
@@ -73,9 +78,9 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pool(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[LivePool]:
-    """One server and one agent (6 simulated GPUs) for the whole browser session."""
+    """One server and one agent (6 simulated GPUs) for the browser tests."""
     p = LivePool(tmp_path_factory.mktemp("webpool"))
     try:
         p.start()

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.ports import free_port
 from tests.readiness import answers_ready, wait_ready
 
 T = TypeVar("T")
@@ -40,12 +40,6 @@ PEOPLE = {
     "bob": ("member", "team-b"),
     "carol": ("viewer", "team-a"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:

@@ -12,7 +12,9 @@ leave as :class:`SystemExit` with the words and exit codes of :mod:`gpupool.cli.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 
@@ -24,6 +26,7 @@ from gpupool.domain.states import ACTIVE_STATES, JobState
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from types import FrameType
     from typing import Any
 
     from gpupool.schemas.jobs import JobView
@@ -88,54 +91,100 @@ def submit(params: dict[str, Any], *, follow: bool = False) -> None:
             parse_array(array)  # refused here, before anything is uploaded
         begin_text: str | None = params.get("begin")
         begin = None if begin_text is None else parse_begin(begin_text, time.time())
-    with handle_errors():
-        wire = _wire(params)
-        if want_pty:
-            from gpupool.cli import ptyrun  # only a terminal pays for termios and sockets
+    # run: from its submit on, a Ctrl-C or SIGTERM cancels the job (_cancel_if_stopped)
+    stopper = contextlib.ExitStack()
+    with stopper:
+        with handle_errors():
+            wire = _wire(params)
+            if want_pty:
+                from gpupool.cli import ptyrun  # only a terminal pays for termios and sockets
 
-            listener, endpoint = ptyrun.listen(wire.server)
-            spec["pty"] = endpoint  # checked again by the server, as the whole spec
-        payload: dict[str, Any] = {"spec": spec, "idempotency_key": f"sdk-{os.urandom(12).hex()}"}
-        if params["workdir"] is not None:
-            from gpupool.client.sdk import Client
+                listener, endpoint = ptyrun.listen(wire.server)
+                spec["pty"] = endpoint  # checked again by the server, as the whole spec
+            payload: dict[str, Any] = {
+                "spec": spec,
+                "idempotency_key": f"sdk-{os.urandom(12).hex()}",
+            }
+            if params["workdir"] is not None:
+                from gpupool.client.sdk import Client
 
-            with Client(params.get("server"), params.get("token")) as gp:
-                payload["workdir_upload"] = gp.upload_workdir(params["workdir"])
-        for key in ("hold", "queue_anyway"):
-            if params[key]:
-                payload[key] = True
-        if begin is not None:
-            payload["begin"] = begin
-        if array is not None:
-            payload["array"] = array
-        answer = _post_submit(wire, payload)
-        job: dict[str, Any] = answer["job"]
-        if array is not None:
-            tasks: list[dict[str, Any]] = answer["array"]
+                with Client(params.get("server"), params.get("token")) as gp:
+                    payload["workdir_upload"] = gp.upload_workdir(params["workdir"])
+            for key in ("hold", "queue_anyway"):
+                if params[key]:
+                    payload[key] = True
+            if begin is not None:
+                payload["begin"] = begin
+            if array is not None:
+                payload["array"] = array
+            answer = _post_submit(wire, payload)
+            job: dict[str, Any] = answer["job"]
+            if follow:  # from here on a Ctrl-C or SIGTERM cancels the job
+                stopper.enter_context(_cancel_if_stopped(wire, job["id"]))
+            if array is not None:
+                tasks: list[dict[str, Any]] = answer["array"]
+                if parsable:
+                    echo("\n".join(t["id"] for t in tasks))
+                elif json_out:
+                    print_json(_as_json("JobView", tasks))
+                else:
+                    echo(
+                        f"Submitted array {tasks[0]['array_id']} of {len(tasks)} jobs "
+                        f"({tasks[0]['name']} .. {tasks[-1]['name']}) to pool {tasks[0]['pool']}"
+                    )
+                return
             if parsable:
-                echo("\n".join(t["id"] for t in tasks))
-            elif json_out:
-                print_json(_as_json("JobView", tasks))
+                echo(job["id"])
+            elif json_out and not follow:
+                print_json(_as_json("JobView", job))
             else:
-                echo(
-                    f"Submitted array {tasks[0]['array_id']} of {len(tasks)} jobs "
-                    f"({tasks[0]['name']} .. {tasks[-1]['name']}) to pool {tasks[0]['pool']}"
-                )
+                echo(f"Submitted job {job['id']} ({job['name']}) to pool {job['pool']}", err=follow)
+        if not follow:
             return
-        if parsable:
-            echo(job["id"])
-        elif json_out and not follow:
-            print_json(_as_json("JobView", job))
+        if want_pty:
+            from gpupool.cli.jobs import follow_pty
+
+            code = follow_pty(params, job["id"], listener, endpoint["key"])
         else:
-            echo(f"Submitted job {job['id']} ({job['name']}) to pool {job['pool']}", err=follow)
-    if follow and want_pty:
-        from gpupool.cli.jobs import follow_pty
+            from gpupool.cli.jobs import follow_job
 
-        raise SystemExit(follow_pty(params, job["id"], listener, endpoint["key"]))
-    if follow:
-        from gpupool.cli.jobs import follow_job
+            code = follow_job(params, job["id"])
+        raise SystemExit(code)
 
-        raise SystemExit(follow_job(params, job["id"]))
+
+class _Stopped(Exception):
+    """SIGTERM reached ``gpupool run`` before its stream took over the signal."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+@contextlib.contextmanager
+def _cancel_if_stopped(wire: Wire, job_id: str) -> Iterator[None]:
+    """``run`` from its submit to its stream (printing, importing the SDK, opening its session:
+    seconds on a loaded machine): a Ctrl-C or SIGTERM there cancels the job and exits 130 or
+    143, as one during the stream does (:func:`gpupool.cli.jobs._follow`, which takes the
+    signal over while it streams), instead of leaving the job running behind a ``run`` that
+    is gone."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cancel, even if more come
+        what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        with handle_errors():
+            wire.call(
+                "POST",
+                f"/v1/jobs/{job_id}/cancel",
+                body={"reason": f"interrupted: {what} on gpupool run"},
+            )
+        echo(f"\ncancelled job {job_id}", err=True)
+        raise SystemExit(
+            130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ------------------------------------------------------------------ queue (squeue)
