@@ -7,6 +7,9 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
+from gpupool.agent import executor
 from gpupool.agent.executor import EXITED, RUNNING, Executor, Observed
 from gpupool.agent.jobdir import BOOT_FAILED, LaunchSpec
 from tests.agent.helpers import wait_for
@@ -146,6 +149,44 @@ def test_a_new_executor_adopts_running_jobs_and_never_relaunches(tmp_path: Path)
     result = wait_for(lambda: finished(second, "a1"))
     assert result.exit_code == 7
     assert (tmp_path / "mark").read_text() == "start\n"
+
+
+def test_a_result_recorded_while_the_agent_looks_is_not_taken_for_a_lost_supervisor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent reads the replica's state (running), then finds its supervisor gone: in
+    between, the job ended and the supervisor recorded exit code 7 and exited. That is an
+    ordinary end, not a lost supervisor, and its result must not be overwritten (the suite
+    under load saw the race: "its supervisor process ended without recording a result")."""
+    code = (
+        "import os,time,pathlib\n"
+        "while not pathlib.Path(os.environ['MARK'] + '.go').exists(): time.sleep(0.05)\n"
+        "raise SystemExit(7)\n"
+    )
+    ex = Executor(tmp_path / "state")
+    ex.launch("a1", spec(code, tmp_path), {"job": "j"})
+    wait_for(lambda: ex.observe("a1").status == RUNNING)
+    state = ex.jobdir("a1").read_state()
+    assert state is not None
+    assert state.supervisor_pid is not None
+    supervisor = state.supervisor_pid
+    real_is_alive = executor.is_alive
+
+    def ends_meanwhile(pid: int, ticks: int | None) -> bool:
+        # The job ends and its supervisor records the result and exits right now, between
+        # the agent's read of the state and this look at the supervisor.
+        (tmp_path / "mark.go").write_text("")
+        wait_for(lambda: not real_is_alive(supervisor, ticks), what="the supervisor to exit")
+        return False
+
+    monkeypatch.setattr(ex, "_children", {})  # a re-adopted replica: no child handle
+    monkeypatch.setattr(executor, "is_alive", ends_meanwhile)
+    seen = ex.observe("a1")
+    assert seen.status == EXITED
+    assert seen.exit_code == 7, seen
+    recorded = ex.jobdir("a1").read_state()
+    assert recorded is not None
+    assert recorded.exit_code == 7  # not overwritten as lost
 
 
 def test_a_lost_supervisor_ends_the_job_and_says_so(tmp_path: Path) -> None:

@@ -52,6 +52,23 @@ _IN_CGROUP = (
     "    print(f'gpupool: not in its cgroup: {exc}', file=sys.stderr)\n"
     "os.execv(sys.executable, [sys.executable, '-m', 'gpupool.agent.supervisor', sys.argv[2]])\n"
 )
+
+
+def _ended(key: str, state: ProcessState) -> Observed:
+    """What an ended replica's recorded state says."""
+    return Observed(
+        key,
+        state.status,
+        state.pid,
+        state.exit_code,
+        state.signal,
+        state.stop_reason,
+        state.reason,
+        state.started_at,
+        bool(state.final),
+    )
+
+
 _SUPERVISOR_GONE = (
     "its supervisor process ended without recording a result (killed, or the node rebooted)"
 )
@@ -214,17 +231,7 @@ class Executor:
                 return Observed(key, STARTING)
             return Observed(key, EXITED, reason=_SUPERVISOR_GONE)
         if state.finished:
-            return Observed(
-                key,
-                state.status,
-                state.pid,
-                state.exit_code,
-                state.signal,
-                state.stop_reason,
-                state.reason,
-                state.started_at,
-                bool(state.final),
-            )
+            return _ended(key, state)
         alive = (child is not None and child.returncode is None) or (
             state.supervisor_pid is not None
             and is_alive(state.supervisor_pid, state.supervisor_ticks)
@@ -233,6 +240,11 @@ class Executor:
             status = RUNNING if state.status == RUNNING else STARTING
             progress = _last_line(jd.path / PREPARE_LOG) if status == STARTING else None
             return Observed(key, status, state.pid, reason=progress, started_at=state.started_at)
+        # The supervisor may have recorded its result and exited between the read above and
+        # the liveness check: it writes the result before it exits, so read once more.
+        again = jd.read_state()
+        if again is not None and again.finished:
+            return _ended(key, again)
         # The supervisor died without a result: make sure nothing of the job is left.
         if state.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
