@@ -129,14 +129,20 @@ def test_logs_are_capped(tmp_path: Path) -> None:
     assert len(text) < 1200
 
 
+#: A job that waits for its ``$MARK.go`` file, then exits 7.
+EXIT_7_ON_GO = (
+    "import os,time,pathlib\n"
+    "while not pathlib.Path(os.environ['MARK'] + '.go').exists(): time.sleep(0.05)\n"
+    "raise SystemExit(7)\n"
+)
+
+
 def test_a_new_executor_adopts_running_jobs_and_never_relaunches(tmp_path: Path) -> None:
     code = (
-        "import os,time,pathlib\n"
+        "import os,pathlib\n"
         "p = pathlib.Path(os.environ['MARK'])\n"
         "p.write_text(p.read_text() + 'start\\n' if p.exists() else 'start\\n')\n"
-        "while not pathlib.Path(os.environ['MARK'] + '.go').exists(): time.sleep(0.05)\n"
-        "raise SystemExit(7)\n"
-    )
+    ) + EXIT_7_ON_GO
     first = Executor(tmp_path / "state")
     first.launch("a1", spec(code, tmp_path), {"job": "j"})
     wait_for(lambda: first.observe("a1").status == RUNNING)
@@ -158,11 +164,7 @@ def test_a_result_recorded_while_the_agent_looks_is_not_taken_for_a_lost_supervi
     between, the job ended and the supervisor recorded exit code 7 and exited. That is an
     ordinary end, not a lost supervisor, and its result must not be overwritten (the suite
     under load saw the race: "its supervisor process ended without recording a result")."""
-    code = (
-        "import os,time,pathlib\n"
-        "while not pathlib.Path(os.environ['MARK'] + '.go').exists(): time.sleep(0.05)\n"
-        "raise SystemExit(7)\n"
-    )
+    code = EXIT_7_ON_GO
     ex = Executor(tmp_path / "state")
     ex.launch("a1", spec(code, tmp_path), {"job": "j"})
     wait_for(lambda: ex.observe("a1").status == RUNNING)

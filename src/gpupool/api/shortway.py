@@ -133,11 +133,9 @@ class AgentShortWay:
             body += message.get("body", b"")
             more = bool(message.get("more_body", False)) and len(body) <= length
         answer = None
-        if not more and len(body) == length:
-            networks = scope["app"].state.trusted_proxies
-            remote = _remote(networks, scope.get("client"), scope.get("headers", ()))
-            act = Actor(principal=who, method="POST", path=PATH, remote=remote)
-            answer = _answer(svc, act, body)
+        if not more:
+            headers = scope.get("headers", ())
+            answer = quiet_heartbeat(scope["app"].state, headers, body, scope.get("client"))
         if answer is None:
             await self.app(scope, _replay(received, receive), send)
             return
@@ -180,7 +178,8 @@ def _remote(
     peer = client[0] if client else None
     if not networks:
         return peer  # the default: no proxy named, the peer is the caller
-    forwarded = b",".join(v for k, v in headers if k == b"x-forwarded-for")
+    # The first such header, as Starlette's ``headers.get`` gives ``client_address`` it.
+    forwarded = next((v for k, v in headers if k == b"x-forwarded-for"), b"")
     return address_of(peer, networks, forwarded.decode("latin-1"))
 
 

@@ -104,7 +104,7 @@ class PrincipalCache:
         self.ttl_s = ttl_s
         # digest -> (principal, token expires_at or None, monotonic deadline of the entry)
         self._entries: dict[str, tuple[Principal, float | None, float]] = {}
-        self._fresh: set[str] = set()  # digests put or used since their last renewal
+        self._fresh: set[str] = set()  # digests in use since their last renewal (see put)
         self._lock = threading.Lock()
         self.generation = 0
 
@@ -132,16 +132,9 @@ class PrincipalCache:
         return due
 
     def has_due(self) -> bool:
-        """Whether :meth:`due` would give anything (cheap; no lock)."""
-        if not self._fresh:
-            return False
-        soon = time.monotonic() + self.ttl_s / 2
-        entries = self._entries
-        for digest in list(self._fresh):
-            entry = entries.get(digest)  # another thread may drop it meanwhile
-            if entry is not None and entry[2] < soon:
-                return True
-        return False
+        """Whether :meth:`due` would give anything (no lock)."""
+        wait = self.due_in()
+        return wait is not None and wait <= 0.0
 
     def due_in(self) -> float | None:
         """Seconds until :meth:`has_due` is first true if no token is used meanwhile (0 when
@@ -203,33 +196,34 @@ def revalidate(session: Session, cache: PrincipalCache, now: float) -> tuple[int
     due = cache.due()
     if not due:
         return 0, 0
-    renewed: set[str] = set()
-    for start in range(0, len(due), 1000):
-        rows = session.execute(
-            _TOKEN_AND_USER.where(TokenModel.secret_sha256.in_(due[start : start + 1000]))
-        ).all()
-        for row in rows:
-            if _refusal(row, now) is None:
-                cache.renew(row.secret_sha256, _principal(row), row.expires_at, generation)
-                renewed.add(row.secret_sha256)
-    gone = [d for d in due if d not in renewed]
+    valid = _valid(session, due, now)
+    for digest, (principal, expires_at) in valid.items():
+        cache.renew(digest, principal, expires_at, generation)
+    gone = [d for d in due if d not in valid]
     cache.drop(gone)
-    return len(renewed), len(gone)
+    return len(valid), len(gone)
 
 
 def agent_tokens(session: Session, digests: list[str], now: float) -> set[str]:
     """Which of the token hashes ``digests`` are valid now for a principal that may act as
     an agent (one query per thousand)."""
-    valid: set[str] = set()
+    valid = _valid(session, digests, now)
+    return {d for d, (principal, _) in valid.items() if principal.can(Permission.AGENT)}
+
+
+def _valid(
+    session: Session, digests: list[str], now: float
+) -> dict[str, tuple[Principal, float | None]]:
+    """The token hashes among ``digests`` that may be used now, as :func:`authenticate`
+    finds them: hash -> (principal, the token's expiry). One query per thousand hashes."""
+    valid: dict[str, tuple[Principal, float | None]] = {}
     for start in range(0, len(digests), 1000):
         rows = session.execute(
             _TOKEN_AND_USER.where(TokenModel.secret_sha256.in_(digests[start : start + 1000]))
         ).all()
-        valid.update(
-            row.secret_sha256
-            for row in rows
-            if _refusal(row, now) is None and _principal(row).can(Permission.AGENT)
-        )
+        for row in rows:
+            if _refusal(row, now) is None:
+                valid[row.secret_sha256] = (_principal(row), row.expires_at)
     return valid
 
 
