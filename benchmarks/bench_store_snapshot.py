@@ -2,8 +2,9 @@
 
 A SQLite store with ``--nodes`` nodes of 8 GPUs and ``--jobs`` half-GPU jobs, all placed (so
 running), then :func:`gpupool.control.machinery.snapshot.build_snapshot` timed ``--repeat``
-times with one warm ``SpecCache``, as the loop keeps it across cycles. Prints the median and the
-fastest read (the first, which fills the cache, is left out) and the load average.
+times with one warm ``SpecCache`` and ``ClusterCache``, as the loop keeps them across cycles.
+Prints the median and the fastest read (the first, which fills the caches, is left out) and
+the load average.
 
 For before/after figures run it with an older tree first on ``PYTHONPATH``::
 
@@ -26,7 +27,7 @@ from gpupool.control.bootstrap import bootstrap
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.clock import ManualClock
 from gpupool.control.machinery.loop import SchedulingLoop
-from gpupool.control.machinery.snapshot import SpecCache, build_snapshot
+from gpupool.control.machinery.snapshot import ClusterCache, SpecCache, build_snapshot
 from gpupool.control.services.jobs import JobService
 from gpupool.control.settings import ServerSettings
 
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("could not take the lease of a fresh store")
     while loop.cycle().started:
         pass
-    cache = SpecCache()
+    cache, cluster = SpecCache(), ClusterCache()
     seconds: list[float] = []
     running = 0
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         with cp.read() as s:
-            snapshot, _ = build_snapshot(s, cp.now(), cache)
+            snapshot, _ = build_snapshot(s, cp.now(), cache, cluster)
         seconds.append(time.perf_counter() - t0)
         running = len(snapshot.running)
     warm = seconds[1:] or seconds

@@ -17,7 +17,7 @@ from gpupool.domain.tenants import Tenant
 from gpupool.domain.users import Role
 from gpupool.scheduling.layout import DEFAULT_CONTEXT_RESERVE_MIB
 from gpupool.schemas.agent import DeviceTelemetry
-from gpupool.store.models import EventModel
+from gpupool.store.models import EventModel, UsageModel
 from tests.control.builders import ADMIN, actor, exited, heartbeat, register, running, submit
 
 
@@ -100,3 +100,36 @@ def test_an_unhealthy_device_gets_no_new_work(cp: ControlPlane) -> None:
     assert loop.cycle().started == ()
     loop.leadership.release()
     del job
+
+
+def test_two_replicas_of_one_job_on_one_device_add_up_in_one_row_across_an_hour(
+    cp: ControlPlane, clock: ManualClock
+) -> None:
+    """Both halves of a gang on one GPU accrue into the job's one row per device and hour,
+    each heartbeat adding to what the last one wrote, across an hour boundary."""
+    register(cp, gpus=1)
+    submit(cp, gpus="0.5", replicas=2)
+    loop = SchedulingLoop(cp)
+    assert loop.leadership.try_acquire()
+    placed_at = clock.now()
+    loop.cycle()
+    loop.leadership.release()
+    starts = heartbeat(cp).start
+    assert len(starts) == 2
+    assert {s.device_uuids[0] for s in starts} == {"n1-gpu0"}
+    sample = [DeviceTelemetry(uuid="n1-gpu0", utilization_ratio=0.5)]
+    both = [running(s.assignment_id) for s in starts]
+    clock.advance(3600 - clock.now() % 3600 - 600)  # 10 minutes before the hour
+    heartbeat(cp, replicas=both, telemetry=sample)
+    clock.advance(1200)  # into the next hour
+    heartbeat(cp, replicas=both, telemetry=sample)
+    clock.advance(1800)
+    heartbeat(cp, replicas=[exited(s.assignment_id) for s in starts], telemetry=sample)
+    with cp.read() as s:
+        rows = list(s.scalars(select(UsageModel).order_by(UsageModel.bucket_start)))
+    assert [r.bucket_start % 3600 for r in rows] == [0.0, 0.0]  # one row for each hour
+    held = 2 * 500 * (clock.now() - placed_at)  # two half GPUs from placement to the end
+    assert sum(r.milli_seconds for r in rows) == pytest.approx(held)
+    assert sum(r.busy_milli_seconds for r in rows) == pytest.approx(held * 0.5)
+    [line] = AccountingService(cp).report(ADMIN.principal, 0, clock.now() + 1)
+    assert line.milli_seconds == pytest.approx(held)

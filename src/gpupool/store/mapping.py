@@ -244,36 +244,80 @@ def event_from_row(row: JobEventModel) -> JobEvent:
 
 
 def node_from_row(row: NodeModel) -> Node:
-    return Node(
-        name=row.name,
+    return node_from_values(
+        row.name,
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
-        state=NodeState(row.state),
-        labels=tuple(sorted(row.labels.items())),
-        isolation_modes=tuple(row.isolation_modes or ()),
-        features=tuple(row.features or ()),
+        state=row.state,
+        labels=row.labels,
+        isolation_modes=row.isolation_modes,
+        features=row.features,
     )
+
+
+def node_from_values(
+    name: str,
+    *,
+    cpu_milli: int,
+    memory_mib: int,
+    state: str,
+    labels: dict[str, str] | None,
+    isolation_modes: list[str] | None,
+    features: list[str] | None,
+) -> Node:
+    """A node from its columns (the JSON ones parsed; ``None`` where the column is NULL)."""
+    return Node(
+        name=name,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        state=NodeState(state),
+        labels=tuple(sorted((labels or {}).items())),
+        isolation_modes=tuple(isolation_modes or ()),
+        features=tuple(features or ()),
+    )
+
+
+#: The columns of a device's row that make its :class:`Device`, in ``device_from_values``'s
+#: order (not its telemetry, which the liveness batches rewrite every second).
+DEVICE_COLUMNS = (
+    DeviceModel.uuid,
+    DeviceModel.node,
+    DeviceModel.index,
+    DeviceModel.model,
+    DeviceModel.memory_mib,
+    DeviceModel.pool,
+    DeviceModel.cc_major,
+    DeviceModel.cc_minor,
+    DeviceModel.nvlink_group,
+    DeviceModel.mig_parent,
+    DeviceModel.mig_profile,
+    DeviceModel.health,
+    DeviceModel.context_reserve_mib,
+)
 
 
 def device_from_row(row: DeviceModel) -> Device:
-    cc = (
-        (row.cc_major, row.cc_minor)
-        if row.cc_major is not None and row.cc_minor is not None
-        else None
-    )
+    return device_from_values(tuple(getattr(row, c.key) for c in DEVICE_COLUMNS))
+
+
+def device_from_values(v: tuple[Any, ...]) -> Device:
+    """A device from the values of ``DEVICE_COLUMNS``, in that order."""
+    uuid, node, index, model, memory_mib, pool, cc_major, cc_minor = v[:8]
+    nvlink_group, mig_parent, mig_profile, health, context_reserve_mib = v[8:]
+    cc = (cc_major, cc_minor) if cc_major is not None and cc_minor is not None else None
     return Device(
-        uuid=row.uuid,
-        node=row.node,
-        index=row.index,
-        model=row.model,
-        memory_mib=row.memory_mib,
-        pool=row.pool,
+        uuid=uuid,
+        node=node,
+        index=index,
+        model=model,
+        memory_mib=memory_mib,
+        pool=pool,
         compute_capability=cc,
-        nvlink_group=row.nvlink_group,
-        mig_parent=row.mig_parent,
-        mig_profile=row.mig_profile,
-        health=DeviceHealth(row.health),
-        context_reserve_mib=row.context_reserve_mib,
+        nvlink_group=nvlink_group,
+        mig_parent=mig_parent,
+        mig_profile=mig_profile,
+        health=DeviceHealth(health),
+        context_reserve_mib=context_reserve_mib,
     )
 
 

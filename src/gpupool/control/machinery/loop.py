@@ -44,7 +44,12 @@ from gpupool.control.machinery.dependencies import (
     write_dependencies,
 )
 from gpupool.control.machinery.leader import Leadership, check_epoch
-from gpupool.control.machinery.snapshot import PendingRead, SpecCache, build_snapshot
+from gpupool.control.machinery.snapshot import (
+    ClusterCache,
+    PendingRead,
+    SpecCache,
+    build_snapshot,
+)
 from gpupool.control.services.nodes import NodeService
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.states import JobState
@@ -105,6 +110,7 @@ class SchedulingLoop:
         self.watching_since: float | None = None
         self.priorities: Mapping[str, PriorityFactors] = {}
         self.specs = SpecCache()  # parsed specs of queued jobs, across cycles
+        self.cluster = ClusterCache()  # nodes and devices made from their rows, likewise
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -124,7 +130,7 @@ class SchedulingLoop:
             # indexed probe instead of reading every node, device and slice for nothing.
             if s.scalar(select(JobModel.id).where(JobModel.state == PENDING).limit(1)) is None:
                 return CycleResult(seconds=self.cp.clock.monotonic() - t0)
-            snapshot, reads = build_snapshot(s, now, self.specs)
+            snapshot, reads = build_snapshot(s, now, self.specs, self.cluster)
             deps = check_dependencies(s, snapshot.pending)
         if deps:
             snapshot = deps.held_back(snapshot)

@@ -144,6 +144,11 @@ class NodeService:
         #: Store time before which :meth:`mark_silent_nodes_down` can find no node to mark
         #: down (as of its last call; heartbeats only push it later). ``inf``: no node is up.
         self.next_judgement = 0.0
+        #: Store time before which no node can be found silent, whatever the lag: the oldest
+        #: heartbeat of a node up at the last look (or the look itself when none was) plus the
+        #: timeout without lag. Cycles before it do not look (a busy loop cycles many times a
+        #: second). A node set up again by hand without a heartbeat is judged by then.
+        self._silent_none_before = 0.0
 
     def register(self, actor: Actor, req: RegisterRequest) -> RegisterResponse:
         require(actor.principal, Permission.AGENT)
@@ -350,6 +355,8 @@ class NodeService:
         """
         self.record_heard()  # shed heartbeats count: written before anyone is judged
         now = self.cp.now()
+        if now < self._silent_none_before:
+            return []
         lag = self.cp.admission.lag()
         timeout = self.cp.settings.node_timeout_s + lag
         deadline = now - timeout
@@ -397,6 +404,8 @@ class NodeService:
         # No node can be judged before its last heartbeat plus the timeout: the scheduling loop
         # sleeps until then when it has nothing else to do (an idle pool does not poll).
         self.next_judgement = math.inf if oldest is None else float(oldest) + timeout
+        seen = now if oldest is None else min(now, float(oldest))
+        self._silent_none_before = seen + self.cp.settings.node_timeout_s
         if downed:
             self.cp.poke()
         return downed
