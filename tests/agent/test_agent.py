@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.agent import Agent
+from gpupool.agent.config import AgentConfig
 from gpupool.agent.jobfiles import EXITED
 from gpupool.agent.transport import ServerUnavailable
 from gpupool.control.machinery.clock import ManualClock, SystemClock

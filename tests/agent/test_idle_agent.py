@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent import agent as agent_module
-from gpupool.agent.agent import IDLE_FENCE_WAIT_S, IDLE_TICK_S, Agent
+from gpupool.agent import pacing as pacing_module
+from gpupool.agent.agent import Agent
+from gpupool.agent.pacing import IDLE_FENCE_WAIT_S, IDLE_TICK_S
 from gpupool.control.machinery.clock import ManualClock
 from gpupool.schemas.agent import HeartbeatResponse
 from tests.agent.helpers import wait_for
@@ -73,7 +74,7 @@ def test_a_changed_node_timeout_wakes_the_sleeping_fence_watch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its idle sleep made an hour: only the nudge can make it look again within the test.
-    monkeypatch.setattr(agent_module, "IDLE_FENCE_WAIT_S", 3600.0)
+    monkeypatch.setattr(pacing_module, "IDLE_FENCE_WAIT_S", 3600.0)
     server = FakeServer()
     agent = make_agent(tmp_path, server)
     stop = threading.Event()

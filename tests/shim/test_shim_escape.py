@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.agent import Agent
+from gpupool.agent.config import AgentConfig
 from gpupool.control.machinery.clock import SystemClock
 from gpupool.gpu.nvml import NvmlBackend
 from gpupool.schemas.agent import ReplicaState

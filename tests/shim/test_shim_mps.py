@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.agent import Agent
+from gpupool.agent.config import AgentConfig
 from gpupool.control.machinery.clock import SystemClock
 from gpupool.gpu.nvml import NvmlBackend
 from gpupool.runtime.isolation import AUTO_ORDER

@@ -54,7 +54,7 @@ from gpupool.runtime.watchdog import Action, MemoryWatchdog, WatchedReplica, pre
 from gpupool.schemas.agent import AssignmentSpec
 
 if TYPE_CHECKING:
-    from gpupool.agent.agent import AgentConfig
+    from gpupool.agent.config import AgentConfig
 
 log = logging.getLogger("gpupool.agent")
 #: How far NVML's per-process memory of a shim replica may exceed its region's (beyond one

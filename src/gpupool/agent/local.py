@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from gpupool.agent.agent import Agent, AgentConfig
+from gpupool.agent.agent import Agent
+from gpupool.agent.config import AgentConfig
 from gpupool.agent.fence import Fence
 from gpupool.agent.node import default_node_name
 from gpupool.agent.runas import AUTO, check_mode, protect_state

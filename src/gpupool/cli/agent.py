@@ -153,7 +153,8 @@ def run_agent(  # noqa: PLR0917 - typer options
     (with replicas: ``--server http://head1:8470 --server http://head2:8470``, or
     ``GPUPOOL_SERVERS="http://head1:8470 http://head2:8470"``)
     """
-    from gpupool.agent.agent import Agent, AgentConfig
+    from gpupool.agent.agent import Agent
+    from gpupool.agent.config import AgentConfig
     from gpupool.agent.node import default_node_name
     from gpupool.agent.runas import check_mode, check_token_file, protect_state
     from gpupool.agent.transport import AgentRejected, HttpTransport, server_urls
