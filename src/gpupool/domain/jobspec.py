@@ -7,7 +7,11 @@ Two inputs, one validation:
   name the option.
 
 Every problem is collected (not just the first) and raised together as
-:class:`~gpupool.domain.errors.SpecError`. Unknown keys are errors with a "did you mean".
+:class:`~gpupool.domain.errors.SpecError`. Unknown keys are errors with a "did you mean"
+(:mod:`gpupool.domain.speckeys`); each value is read by a parser of
+:mod:`gpupool.domain.specvalues`, and this module puts them together into a spec, checking
+what depends on several keys (``command`` or ``script``, ``expected_duration`` within
+``time_limit``, ``exclusive`` with whole GPUs, ...).
 
 The job file format (every key but ``name`` and ``command``/``script`` is optional)::
 
@@ -51,14 +55,12 @@ from gpupool.domain.bounds import (
     GPU_MEMORY_MIB,
     GPU_MILLI,
     HOST_MEMORY_MIB,
-    JOB_DURATION_S,
     MAX_EXEC_BYTES,
     exec_text,
 )
-from gpupool.domain.containers import KNOWN_KEYS as CONTAINER_KEYS
 from gpupool.domain.containers import build_container
 from gpupool.domain.dependency import parse_dependency
-from gpupool.domain.errors import InvalidValue, Problem, SpecError
+from gpupool.domain.errors import Problem, SpecError
 from gpupool.domain.interactive import (
     Constraint,
     PtyRequest,
@@ -66,22 +68,26 @@ from gpupool.domain.interactive import (
     parse_output,
     parse_pty,
 )
-from gpupool.domain.jobs import (
-    IsolationMode,
-    JobSpec,
-    RequeuePolicy,
-    parse_signal,
-    validate_env_name,
-)
+from gpupool.domain.jobs import IsolationMode, JobSpec, parse_signal, validate_env_name
 from gpupool.domain.mail import parse_mail_type, parse_mail_user
 from gpupool.domain.pools import validate_name
 from gpupool.domain.resources import ResourceRequest
-from gpupool.domain.units import (
-    parse_cpus,
-    parse_duration,
-    parse_gpus,
-    parse_memory,
+from gpupool.domain.speckeys import check_keys
+from gpupool.domain.specvalues import (
+    Collector,
+    as_argv,
+    as_bool,
+    as_bool_text,
+    as_int,
+    as_isolation,
+    as_nodes,
+    as_positive_duration,
+    as_requeue,
+    as_str,
+    as_types,
+    exec_size,
 )
+from gpupool.domain.units import parse_cpus, parse_duration, parse_gpus, parse_memory
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # neither is imported by a plain submit (the CLI's hot path)
@@ -89,200 +95,9 @@ if TYPE_CHECKING:  # neither is imported by a plain submit (the CLI's hot path)
 
     import yaml
 
-#: Key paths a job file may contain; ``*`` marks a mapping whose keys are free (env names).
-KNOWN_KEYS: tuple[str, ...] = (
-    "name",
-    "command",
-    "script",
-    "env",
-    "workdir",
-    "tenant",
-    "pool",
-    "priority",
-    "resources",
-    "resources.gpus",
-    "resources.gpu_memory",
-    "resources.gpu_types",
-    "resources.cpus",
-    "resources.memory",
-    "replicas",
-    "preemptible",
-    "requeue",
-    "max_restarts",
-    "time_limit",
-    "expected_duration",
-    "checkpoint",
-    "checkpoint.signal",
-    "checkpoint.grace",
-    "isolation",
-    # sbatch --dependency (gpupool.domain.dependency)
-    "dependency",
-    # sbatch --nodelist / --exclude
-    "nodelist",
-    "exclude",
-    # sbatch --mail-type / --mail-user (gpupool.domain.mail)
-    "mail_type",
-    "mail_user",
-    # issue 27's interactive part (gpupool.domain.interactive)
-    "pty",
-    "output",
-    "error",
-    "time_min",
-    "constraint",
-    "container",
-    *CONTAINER_KEYS,
-)
-_MAPPINGS = {"resources", "checkpoint", "env"}
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 MAX_REPLICAS = 4096
 MAX_GRACE_S = 3600.0
-
-
-class _Collector:
-    """Gathers problems with their line numbers while a spec is built."""
-
-    def __init__(self, source: str | None, lines: Mapping[str, int]) -> None:
-        self.source = source
-        self.lines = lines
-        self.problems: list[Problem] = []
-
-    def add(self, key: str, message: str) -> None:
-        self.problems.append(Problem(key, message, self.lines.get(key), self.source))
-
-    def parse(self, key: str, raw: object, parser: Callable[[Any], Any]) -> Any:
-        try:
-            return parser(raw)
-        except (InvalidValue, ValueError, TypeError) as exc:
-            self.add(key, str(exc))
-            return None
-
-
-def _suggest(key: str) -> str:
-    leaf = key.rsplit(".", 1)[-1]
-    candidates = [k for k in KNOWN_KEYS if not k.endswith("*")]
-    import difflib  # only for a key that is wrong (it costs every submit 7 ms)
-
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    close = close or [k for k in candidates if k.rsplit(".", 1)[-1] == leaf]
-    close = close or difflib.get_close_matches(
-        leaf, [k.rsplit(".", 1)[-1] for k in candidates], n=1, cutoff=0.6
-    )
-    if close:
-        match = close[0]
-        full = next((k for k in candidates if k == match or k.endswith("." + match)), match)
-        return f"did you mean {full!r}?"
-    return "see examples/ for the keys a job file takes"
-
-
-def _as_bool(raw: object) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise InvalidValue(f"{raw!r} is not true or false")
-
-
-def _as_int(raw: object, *, low: int, high: int, what: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise InvalidValue(f"{raw!r} is not a whole number: give {what} as an integer")
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise InvalidValue(f"{raw!r} is not a whole number: give {what} as an integer") from None
-    if not low <= value <= high:
-        raise InvalidValue(f"{value} is out of range: {what} must be between {low} and {high}")
-    return value
-
-
-def _as_str(raw: object, what: str) -> str:
-    if isinstance(raw, (dict, list)) or raw is None:
-        raise InvalidValue(f"expected text for {what}, got {type(raw).__name__}")
-    return str(raw)
-
-
-def _as_requeue(raw: object) -> RequeuePolicy:
-    if isinstance(raw, bool):
-        return RequeuePolicy.ON_PREEMPTION if raw else RequeuePolicy.NEVER
-    text = str(raw).strip().lower().replace("_", "-")
-    for policy in RequeuePolicy:
-        if policy.value == text:
-            return policy
-    choices = ", ".join(p.value for p in RequeuePolicy)
-    raise InvalidValue(f"{raw!r} is not a requeue policy: use {choices}, true or false")
-
-
-def _as_isolation(raw: object) -> IsolationMode:
-    text = str(raw).strip().lower()
-    for mode in IsolationMode:
-        if mode.value == text:
-            return mode
-    choices = ", ".join(m.value for m in IsolationMode)
-    raise InvalidValue(f"{raw!r} is not an isolation mode: use one of {choices}")
-
-
-def _as_argv(raw: object) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        raise InvalidValue(
-            "command must be a list of arguments, like [python, train.py]; "
-            "to run a shell line, use 'script' instead"
-        )
-    if not isinstance(raw, list) or not raw:
-        raise InvalidValue("command must be a non-empty list of arguments, like [python, train.py]")
-    argv: list[str] = []
-    for i, item in enumerate(raw):
-        if isinstance(item, (dict, list)) or item is None:
-            raise InvalidValue('every command argument must be text; quote numbers like "10"')
-        argv.append(exec_text(str(item), field=f"command argument {i}"))
-    if not argv[0]:
-        raise InvalidValue("the program (first argument of command) is empty")
-    return tuple(argv)
-
-
-def _as_types(raw: object) -> tuple[str, ...]:
-    items = raw.split("|") if isinstance(raw, str) else raw
-    if not isinstance(items, list | tuple):
-        raise InvalidValue("gpu_types must be a list like [A100, H100] or text like 'A100|H100'")
-    out = tuple(str(i).strip() for i in items if str(i).strip())
-    for item in out:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$", item):
-            raise InvalidValue(f"GPU type {item!r} is not valid: use a model name like A100")
-    return out
-
-
-_NODE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def _as_nodes(raw: object, key: str) -> tuple[str, ...]:
-    """``n1,n2`` or ``[n1, n2]`` -> node names (lowercase DNS labels, as agents register)."""
-    items = raw.split(",") if isinstance(raw, str) else raw
-    if not isinstance(items, list | tuple):
-        raise InvalidValue(f"{key} must be node names like n1,n2 or a list [n1, n2]")
-    out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
-    for item in out:
-        if not _NODE_RE.match(item):
-            raise InvalidValue(
-                f"{key}: {item!r} is not a node name: use the names gpupool nodes lists"
-            )
-    if len(out) > 1000:
-        raise InvalidValue(f"{key} names {len(out)} nodes: at most 1000")
-    return out
-
-
-def _as_positive_duration(raw: object, key: str) -> float:
-    value = JOB_DURATION_S.check(parse_duration(raw, field=key), field=key)
-    if value <= 0:
-        raise InvalidValue(f"{key} must be longer than 0")
-    return value
-
-
-def _exec_size(command: tuple[str, ...], script: str | None, env: Mapping[str, str]) -> int:
-    """Bytes the program's argv and environment take at exec (each string and its NUL)."""
-    strings = [*command, *(("/bin/sh", "-c", script) if script is not None else ())]
-    strings += [f"{k}={v}" for k, v in env.items()]
-    return sum(len(x.encode("utf-8", "surrogateescape")) + 1 for x in strings)
 
 
 def build_spec(
@@ -292,14 +107,14 @@ def build_spec(
     lines: Mapping[str, int] | None = None,
 ) -> JobSpec:
     """Validate a nested mapping (job file or options) and build the spec, or raise SpecError."""
-    c = _Collector(source, lines or {})
+    c = Collector(source, lines or {})
     if not isinstance(data, Mapping):
         c.add("(top)", "a job file must be a mapping of keys, like 'name: train'")
         raise SpecError(c.problems)
-    _check_keys(c, data, "")
+    check_keys(c, data, "")
 
     name = (
-        c.parse("name", data.get("name"), lambda v: _as_str(v, "name")) if "name" in data else None
+        c.parse("name", data.get("name"), lambda v: as_str(v, "name")) if "name" in data else None
     )
     if "name" not in data:
         c.add("name", "missing: every job needs a name, like 'name: train'")
@@ -311,10 +126,10 @@ def build_spec(
     if "command" in data and "script" in data:
         c.add("command", "give either 'command' (an argv list) or 'script' (shell text), not both")
     elif "command" in data:
-        command = c.parse("command", data["command"], _as_argv) or ()
+        command = c.parse("command", data["command"], as_argv) or ()
     elif "script" in data:
         script = c.parse(
-            "script", data["script"], lambda v: exec_text(_as_str(v, "script"), field="script")
+            "script", data["script"], lambda v: exec_text(as_str(v, "script"), field="script")
         )
         if script is not None and not script.strip():
             c.add("script", "is empty: write the shell commands to run")
@@ -331,12 +146,12 @@ def build_spec(
             if isinstance(value, (dict, list)) or value is None:
                 c.add(path, "must be text; quote it")
                 continue
-            text = c.parse(path, _as_bool_text(value), partial(exec_text, field=path))
+            text = c.parse(path, as_bool_text(value), partial(exec_text, field=path))
             if text is not None:
                 env[str(key)] = text
     else:
         c.add("env", "must be a mapping of NAME: value")
-    size = _exec_size(command, script, env)
+    size = exec_size(command, script, env)
     if size > MAX_EXEC_BYTES:
         c.add(
             "command",
@@ -350,17 +165,17 @@ def build_spec(
     replicas = c.parse(
         "replicas",
         data.get("replicas", 1),
-        lambda v: _as_int(v, low=1, high=MAX_REPLICAS, what="replicas"),
+        lambda v: as_int(v, low=1, high=MAX_REPLICAS, what="replicas"),
     )
-    preemptible = c.parse("preemptible", data.get("preemptible", False), _as_bool)
-    requeue = c.parse("requeue", data.get("requeue", "on-preemption"), _as_requeue)
+    preemptible = c.parse("preemptible", data.get("preemptible", False), as_bool)
+    requeue = c.parse("requeue", data.get("requeue", "on-preemption"), as_requeue)
     max_restarts = c.parse(
         "max_restarts",
         data.get("max_restarts", 3),
-        lambda v: _as_int(v, low=0, high=1000, what="max_restarts"),
+        lambda v: as_int(v, low=0, high=1000, what="max_restarts"),
     )
     time_limit = (
-        c.parse("time_limit", data["time_limit"], lambda v: _as_positive_duration(v, "time_limit"))
+        c.parse("time_limit", data["time_limit"], lambda v: as_positive_duration(v, "time_limit"))
         if data.get("time_limit") is not None
         else None
     )
@@ -368,7 +183,7 @@ def build_spec(
         c.parse(
             "expected_duration",
             data["expected_duration"],
-            lambda v: _as_positive_duration(v, "expected_duration"),
+            lambda v: as_positive_duration(v, "expected_duration"),
         )
         if data.get("expected_duration") is not None
         else None
@@ -401,7 +216,7 @@ def build_spec(
     else:
         c.add("checkpoint", "must be a mapping with 'signal' and/or 'grace'")
 
-    isolation = c.parse("isolation", data.get("isolation", "auto"), _as_isolation)
+    isolation = c.parse("isolation", data.get("isolation", "auto"), as_isolation)
     if isolation is IsolationMode.EXCLUSIVE and res is not None and res.is_fractional:
         c.add(
             "isolation",
@@ -411,7 +226,7 @@ def build_spec(
     def name_field(key: str, default: str | None, kind: str) -> str | None:
         if data.get(key) is None:
             return default
-        text = c.parse(key, data[key], lambda v: _as_str(v, key))
+        text = c.parse(key, data[key], lambda v: as_str(v, key))
         if text is None:
             return default
         return c.parse(key, text, lambda v: validate_name(kind, v))  # type: ignore[no-any-return]
@@ -420,21 +235,21 @@ def build_spec(
     pool = name_field("pool", "default", "pool") or "default"
     priority = name_field("priority", "normal", "priority class") or "normal"
     workdir = (
-        c.parse("workdir", data["workdir"], lambda v: _as_str(v, "workdir"))
+        c.parse("workdir", data["workdir"], lambda v: as_str(v, "workdir"))
         if data.get("workdir") is not None
         else None
     )
 
     dependency = (
         c.parse(
-            "dependency", data["dependency"], lambda v: parse_dependency(_as_str(v, "dependency"))
+            "dependency", data["dependency"], lambda v: parse_dependency(as_str(v, "dependency"))
         )
         if data.get("dependency") is not None
         else None
     )
 
-    nodelist = c.parse("nodelist", data.get("nodelist") or (), lambda v: _as_nodes(v, "nodelist"))
-    exclude = c.parse("exclude", data.get("exclude") or (), lambda v: _as_nodes(v, "exclude"))
+    nodelist = c.parse("nodelist", data.get("nodelist") or (), lambda v: as_nodes(v, "nodelist"))
+    exclude = c.parse("exclude", data.get("exclude") or (), lambda v: as_nodes(v, "exclude"))
     if nodelist and exclude and set(nodelist) <= set(exclude):
         c.add("exclude", "excludes every node of nodelist: the job could run nowhere")
 
@@ -491,7 +306,7 @@ def build_spec(
 
 
 def _interactive_keys(
-    c: _Collector, data: Mapping[str, Any], time_limit: float | None
+    c: Collector, data: Mapping[str, Any], time_limit: float | None
 ) -> tuple[PtyRequest | None, str | None, str | None, float | None, Constraint | None]:
     """``pty``, ``output``, ``error``, ``time_min`` and ``constraint`` (issue 27), checked."""
 
@@ -501,7 +316,7 @@ def _interactive_keys(
     pty = given("pty", parse_pty)
     output = given("output", lambda v: parse_output(v, "output"))
     error = given("error", lambda v: parse_output(v, "error"))
-    time_min = given("time_min", lambda v: _as_positive_duration(v, "time_min"))
+    time_min = given("time_min", lambda v: as_positive_duration(v, "time_min"))
     if time_min is not None and time_limit is None:
         c.add("time_min", "needs a time_limit (-t): the job runs between time_min and it")
     elif time_min is not None and time_limit is not None and time_min > time_limit:
@@ -514,13 +329,7 @@ def _interactive_keys(
     return pty, output, error, time_min, constraint
 
 
-def _as_bool_text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
+def _build_resources(c: Collector, raw: object) -> ResourceRequest | None:
     if not isinstance(raw, Mapping):
         c.add("resources", "must be a mapping like {gpus: 0.5, gpu_memory: 10GiB}")
         return None
@@ -535,7 +344,7 @@ def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
         if raw.get("gpu_memory") is not None
         else None
     )
-    types = c.parse("resources.gpu_types", raw.get("gpu_types", []), _as_types)
+    types = c.parse("resources.gpu_types", raw.get("gpu_types", []), as_types)
     # No ``cpus``: the default CPU rule (gpupool.domain.resources) decides where it runs.
     cpus = c.parse("resources.cpus", raw.get("cpus", 1), parse_cpus)
     mem = c.parse(
@@ -563,18 +372,6 @@ def _build_resources(c: _Collector, raw: object) -> ResourceRequest | None:
         host_memory_mib=mem,
         cpu_auto=raw.get("cpus") is None,
     )
-
-
-def _check_keys(c: _Collector, data: Mapping[str, Any], prefix: str) -> None:
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if path.startswith("env."):
-            continue
-        if path not in KNOWN_KEYS:
-            c.add(path, f"unknown key: {_suggest(path)}")
-            continue
-        if path in _MAPPINGS and isinstance(value, Mapping) and path != "env":
-            _check_keys(c, value, path + ".")
 
 
 def nest_options(flat: Mapping[str, Any]) -> dict[str, Any]:
