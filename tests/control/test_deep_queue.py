@@ -15,7 +15,8 @@ from sqlalchemy import event
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.loop import SchedulingLoop
 from gpupool.control.machinery.snapshot import build_snapshot
-from gpupool.control.services.jobs import JobFilter, JobService
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.jobviews import JobFilter
 from gpupool.domain.states import JobState
 from tests.control.builders import ADMIN, register, submit
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpupool.control.services.accounting import UsageLine
-from gpupool.control.services.jobs import JobDetail
+from gpupool.control.services.jobviews import JobDetail
 from gpupool.control.services.nodes import DeviceSample, DeviceSlice
 from gpupool.control.services.nodes import NodeView as NodeInfo
 from gpupool.control.services.tenants import Standing

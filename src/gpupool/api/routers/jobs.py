@@ -20,7 +20,7 @@ from gpupool.control.services.bulk import (
     forbid_other_tenant,
     parse_states,
 )
-from gpupool.control.services.jobs import JobFilter
+from gpupool.control.services.jobviews import JobFilter
 from gpupool.control.services.resize import ResizeService
 from gpupool.domain.errors import InvalidValue
 from gpupool.domain.jobspec import MAX_REPLICAS

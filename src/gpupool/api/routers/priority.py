@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from gpupool.api.deps import Svc, Who
 from gpupool.api.views import factor_views
-from gpupool.control.services.jobs import JobFilter
+from gpupool.control.services.jobviews import JobFilter
 from gpupool.domain.states import JobState
 from gpupool.schemas.priority import PriorityList, PriorityRow
 

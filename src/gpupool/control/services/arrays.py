@@ -16,7 +16,8 @@ from typing import Any
 
 from gpupool.control.errors import Invalid
 from gpupool.control.services.auth import Actor
-from gpupool.control.services.jobs import JobService, new_job_id
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.submits import new_job_id
 from gpupool.control.services.uploads import UploadService
 from gpupool.domain.arrays import array_tasks, array_throttle, parse_array, task_name
 from gpupool.domain.errors import InvalidValue

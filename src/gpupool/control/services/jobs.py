@@ -7,17 +7,20 @@ same as a job that does not exist, so ids of other teams' jobs leak nothing.
 the request's ``idempotency_key``). A second submit by the same user with the same key returns
 the job created by the first, whatever happened in between (timeouts, server restarts). Keys
 are unique per user and kept for the life of the job.
+
+A submit is checked here (:meth:`JobService.prepare`) and stored by
+:mod:`gpupool.control.services.submits`; what a read answers (:class:`JobDetail`,
+:class:`JobPage`) is defined in :mod:`gpupool.control.services.jobviews`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Select, insert, select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,7 +28,6 @@ from gpupool.control.bootstrap import DEFAULT_TENANT
 from gpupool.control.context import ControlPlane
 from gpupool.control.errors import Conflict, Forbidden, Invalid, NotFound
 from gpupool.control.machinery.batching import GroupCommit
-from gpupool.control.machinery.dependencies import unknown_targets
 from gpupool.control.machinery.jobstate import move
 from gpupool.control.notify import check_submit
 from gpupool.control.services import audit
@@ -33,160 +35,23 @@ from gpupool.control.services.auth import Actor, Principal, require, tenant_visi
 from gpupool.control.services.bulk import cancel_row
 from gpupool.control.services.envelope import envelopes, quota_refusal
 from gpupool.control.services.jobedit import updated_spec
+from gpupool.control.services.jobviews import JobDetail, JobFilter, JobPage, load_details
+from gpupool.control.services.submits import PendingSubmit, SubmitOutcome, insert_submits
 from gpupool.control.services.uploads import UploadService
-from gpupool.domain.arrays import ArrayTask
-from gpupool.domain.assignments import AssignmentState
 from gpupool.domain.errors import SpecError
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.jobspec import build_spec
 from gpupool.domain.states import JobState
 from gpupool.domain.transitions import JobEvent
 from gpupool.domain.users import Permission
-from gpupool.store.mapping import apply_job, event_from_row, job_from_row, job_values
-from gpupool.store.models import (
-    AssignmentModel,
-    AuditModel,
-    Base,
-    JobEventModel,
-    JobModel,
-    PoolModel,
-    QuotaModel,
-    SliceModel,
-)
+from gpupool.store.mapping import apply_job, event_from_row, job_from_row
+from gpupool.store.models import JobEventModel, JobModel
 
 MAX_PAGE = 1000
 
 
-@dataclass(frozen=True)
-class JobDetail:
-    """A job with what the scheduler last said about it and where its replicas run."""
-
-    job: Job
-    pending_reason: str | None = None
-    estimated_start: float | None = None
-    nodes: tuple[str, ...] = ()
-    assignments: tuple[str, ...] = ()
-    slices: tuple[JobSlice, ...] = ()
-    memory_oversubscription: str = "fail"  # its pool's choice (isolation shim)
-
-
-@dataclass(frozen=True)
-class JobSlice:
-    """A share of one device held by one replica of a job (``milli`` milli-GPU, MiB)."""
-
-    replica: int
-    node: str
-    device_uuid: str
-    milli: int
-    memory_mib: int
-    spilled_bytes: int = 0  # held in host memory (isolation shim, pool spill), as last reported
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    states: tuple[JobState, ...] = ()
-    tenant: str | None = None
-    user: str | None = None
-    pool: str | None = None
-    name: str | None = None
-    array_id: str | None = None  # the tasks of one job array
-
-
-@dataclass(frozen=True)
-class JobPage:
-    """One page of jobs; ``details`` holds each job's detail (same order as ``jobs``)."""
-
-    jobs: list[Job] = field(default_factory=list)
-    next_cursor: str | None = None
-    details: list[JobDetail] = field(default_factory=list)
-
-
-def load_details(s: Session, rows: list[JobModel]) -> list[JobDetail]:
-    """Details of many jobs in two queries: live assignments and their active slices."""
-    ids = [r.id for r in rows]
-    live: dict[str, list[AssignmentModel]] = {}
-    slices: dict[str, list[JobSlice]] = {}
-    if ids:
-        by_id: dict[str, AssignmentModel] = {}
-        for a in s.scalars(
-            select(AssignmentModel)
-            .where(
-                AssignmentModel.job_id.in_(ids),
-                AssignmentModel.state != AssignmentState.FINISHED.value,
-            )
-            .order_by(AssignmentModel.rank)
-        ):
-            live.setdefault(a.job_id, []).append(a)
-            by_id[a.id] = a
-        if by_id:
-            for sl in s.scalars(
-                select(SliceModel)
-                .where(SliceModel.assignment_id.in_(list(by_id)), SliceModel.active.is_(True))
-                .order_by(SliceModel.id)
-            ):
-                a = by_id[sl.assignment_id]
-                slices.setdefault(a.job_id, []).append(
-                    JobSlice(
-                        a.rank, a.node, sl.device_uuid, sl.milli, sl.memory_mib, sl.spilled_bytes
-                    )
-                )
-    spill = {
-        p.name: p.memory_oversubscription
-        for p in (
-            s.scalars(select(PoolModel).where(PoolModel.name.in_({r.pool for r in rows})))
-            if rows
-            else ()
-        )
-    }
-    out = []
-    for row in rows:
-        mine = live.get(row.id, [])
-        out.append(
-            JobDetail(
-                job=job_from_row(row),
-                pending_reason=row.pending_reason,
-                estimated_start=row.estimated_start,
-                nodes=tuple(a.node for a in mine),
-                assignments=tuple(a.id for a in mine),
-                slices=tuple(sorted(slices.get(row.id, []), key=lambda x: x.replica)),
-                memory_oversubscription=spill.get(row.pool, "fail"),
-            )
-        )
-    return out
-
-
-# Core INSERTs on the tables (not the ORM classes): SQLAlchemy caches their compiled form, and
-# executing them with a list of rows is one executemany (multi-row VALUES where the driver can).
-_INSERT_JOBS = insert(Base.metadata.tables[JobModel.__tablename__])
-_INSERT_EVENTS = insert(Base.metadata.tables[JobEventModel.__tablename__])
-_INSERT_AUDITS = insert(Base.metadata.tables[AuditModel.__tablename__])
-
-
-def new_job_id() -> str:
-    return secrets.token_hex(6)
-
-
 def _not_found(job_id: str) -> NotFound:
     return NotFound(f"job {job_id!r} not found: list your jobs with `gpupool queue`")
-
-
-@dataclass(frozen=True)
-class PendingSubmit:
-    """A submit that passed the checks needing no store, waiting to be written."""
-
-    actor: Actor
-    spec: JobSpec
-    tenant: str
-    key: str | None  # the idempotency key
-    workdir_upload: str | None = None
-    held: bool = False  # submitted held: it waits until released
-    array: ArrayTask | None = None  # a task of a job array
-    queue_anyway: bool = False  # store it even if no node of its pool could hold it
-    begin: float | None = None  # not eligible before this time (sbatch --begin), epoch seconds
-
-
-#: What storing one submit came to: the job and whether it was created now, or the error.
-SubmitOutcome = tuple[Job, bool] | BaseException
 
 
 class JobService:
@@ -297,7 +162,7 @@ class JobService:
         meanwhile by another process), each item is retried on its own, and an item whose
         key now exists returns that job."""
         try:
-            outcomes = self._insert_batch(items)
+            outcomes = insert_submits(self.cp, items)
         except IntegrityError as exc:
             if len(items) > 1:
                 return [self.write_submits([item])[0] for item in items]
@@ -311,110 +176,6 @@ class JobService:
             return [exc] * len(items)
         self.cp.poke()
         return outcomes
-
-    def _insert_batch(self, items: Sequence[PendingSubmit]) -> list[SubmitOutcome]:
-        now = self.cp.now()
-        outcomes: list[SubmitOutcome | None] = [None] * len(items)
-        jobs: list[dict[str, Any]] = []
-        events: list[dict[str, Any]] = []
-        audits: list[dict[str, Any]] = []
-        with self.cp.tx() as s:
-            # Idempotency: the jobs these keys already made (one query for the batch; the
-            # user + key index answers it), and keys repeated within the batch.
-            known: dict[tuple[str, str], Job] = {}
-            quotas: dict[tuple[str, str], QuotaModel | None] = {}  # read once per batch
-            keyed = [(i.actor.principal.user, i.key) for i in items if i.key is not None]
-            if keyed:
-                users = sorted({u for u, _ in keyed})
-                keys = sorted({k for _, k in keyed})
-                for row in s.scalars(
-                    select(JobModel).where(
-                        JobModel.user.in_(users), JobModel.idempotency_key.in_(keys)
-                    )
-                ):
-                    if row.idempotency_key is not None:
-                        known[(row.user, row.idempotency_key)] = job_from_row(row)
-            for n, item in enumerate(items):
-                user = item.actor.principal.user
-                mark = (user, item.key) if item.key is not None else None
-                if mark is not None and mark in known:
-                    outcomes[n] = (known[mark], False)
-                    continue
-                spec = item.spec
-                copy, has_tenant, has_pool, priority = self.cp.catalog.get(
-                    s, item.tenant, spec.pool, spec.priority_class
-                )
-                if not has_tenant:
-                    outcomes[n] = Invalid(
-                        f"tenant {item.tenant!r} does not exist: ask an admin to create it"
-                    )
-                    continue
-                if not has_pool:
-                    outcomes[n] = Invalid(
-                        f"pool {spec.pool!r} does not exist: use one of `gpupool pools`"
-                    )
-                    continue
-                if priority is None:
-                    names = ", ".join(sorted(copy.priorities, key=copy.priorities.__getitem__))
-                    outcomes[n] = Invalid(
-                        f"priority class {spec.priority_class!r} does not exist: use one of {names}"
-                    )
-                    continue
-                if spec.dependency is not None:
-                    scope = None if item.actor.principal.cluster_wide else item.tenant
-                    unknown = unknown_targets(s, spec.dependency, scope)
-                    if unknown:
-                        outcomes[n] = Invalid(
-                            f"dependency {spec.dependency.text()!r} names {', '.join(unknown)}, "
-                            "which is not a job or job array you can see: give ids from "
-                            "gpupool queue or gpupool history"
-                        )
-                        continue
-                room = envelopes(self.cp).get(s, spec.pool)
-                refusal = room.image_refusal(spec)  # containers: the allowlist, always
-                if refusal is not None or not item.queue_anyway:
-                    refusal = (
-                        refusal or room.refusal(spec) or quota_refusal(s, item.tenant, spec, quotas)
-                    )
-                    if refusal is not None:
-                        outcomes[n] = Invalid(refusal)
-                        continue
-                job = Job(
-                    id=new_job_id(),
-                    spec=spec,
-                    tenant=item.tenant,
-                    user=user,
-                    priority=priority,
-                    submit_time=now,
-                    eligible_time=now if item.begin is None else max(now, item.begin),
-                    held=item.held,
-                    array=item.array,
-                )
-                values = job_values(job, idempotency_key=item.key)
-                if item.workdir_upload is not None:
-                    values["spec"] = {**values["spec"], "workdir_upload": item.workdir_upload}
-                jobs.append(values)
-                events.append(
-                    {
-                        "job_id": job.id,
-                        "time": now,
-                        "source": JobState.PENDING.value,
-                        "target": JobState.PENDING.value,
-                        "version": job.version,
-                        "reason": "submitted held" if item.held else "submitted",
-                    }
-                )
-                audits.append(audit.values(item.actor, "job.submit", now, target=job.id))
-                outcomes[n] = (job, True)
-                if mark is not None:
-                    known[mark] = job  # the same key again in this batch: this job
-            # Core multi-row INSERTs (no ORM bookkeeping), jobs first since their events
-            # refer to them.
-            if jobs:
-                s.execute(_INSERT_JOBS, jobs)
-                s.execute(_INSERT_EVENTS, events)
-                s.execute(_INSERT_AUDITS, audits)
-        return [o for o in outcomes if o is not None]
 
     # ------------------------------------------------------------------ read
     def _load(self, s: Session, principal: Principal, job_id: str) -> JobModel:

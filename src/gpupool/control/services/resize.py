@@ -25,7 +25,8 @@ from gpupool.control.errors import Conflict, Invalid
 from gpupool.control.machinery.orders import mark
 from gpupool.control.services import audit
 from gpupool.control.services.auth import Actor
-from gpupool.control.services.jobs import JobDetail, JobService, load_details
+from gpupool.control.services.jobs import JobService
+from gpupool.control.services.jobviews import JobDetail, load_details
 from gpupool.domain.assignments import AssignmentState
 from gpupool.domain.states import JobState
 from gpupool.domain.units import MILLI_PER_GPU, format_gpus, format_memory
