@@ -18,12 +18,13 @@ from gpupool.domain.jobs import Job
 from gpupool.scheduling.admission import QuotaLedger, _memory_governed
 from gpupool.scheduling.capacity import build_capacity
 from gpupool.scheduling.config import SchedulerConfig
+from gpupool.scheduling.cyclestate import PoolState
 from gpupool.scheduling.decision import Decision, PendingReason
 from gpupool.scheduling.ordering import Fifo
 from gpupool.scheduling.placement.base import CapacityArrays, Choice, Shape
 from gpupool.scheduling.release import Release
 from gpupool.scheduling.reservation import Timeline
-from gpupool.scheduling.scheduler import _Cycle, _Pool, schedule
+from gpupool.scheduling.scheduler import _Cycle, schedule
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from tests.scheduling.builders import SnapshotBuilder
 from tests.scheduling.test_properties import SETTINGS, snapshots
@@ -131,7 +132,9 @@ def test_the_timeline_matches_releasing_one_by_one(snap: ClusterSnapshot, milli:
     assert _same(found[1], expected[1])
 
 
-def _plain_sweep(self: _Cycle, sealed: _Pool, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
+def _plain_sweep(
+    self: _Cycle, sealed: PoolState, rest: tuple[Job, ...], ids: tuple[str, ...]
+) -> None:
     """The definition: every job after the sealing one goes through ``consider`` in order."""
     for job in rest:
         if job.id not in self.running_ids:

@@ -21,116 +21,47 @@ cycle starts jobs, so the same snapshot always gives the same decision. What one
 reuse from the caller's earlier ones (the cluster's layout, what running replicas hold, the
 shapes of queued requests) is in the caller's :class:`~gpupool.scheduling.memo.SchedulerMemo`,
 passed in; it saves work and never changes a decision.
+
+The cycle's working state is :class:`~gpupool.scheduling.cyclestate.CycleState` (per pool
+:class:`~gpupool.scheduling.cyclestate.PoolState`); step 5, a blocked job, is
+:class:`~gpupool.scheduling.blocked.BlockedJobs`; both are bases of :class:`_Cycle`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
 
 from gpupool.domain.jobs import Job
-from gpupool.domain.nodes import DeviceHealth, allowed_model
-from gpupool.scheduling.admission import Ledger, Standing, make_admission
-from gpupool.scheduling.capacity import ClusterCapacity, build_capacity
+from gpupool.scheduling.admission import Standing
+from gpupool.scheduling.blocked import BlockedJobs
 from gpupool.scheduling.config import SchedulerConfig
-from gpupool.scheduling.constraints import bad_constraint_message, node_allowed
+from gpupool.scheduling.constraints import node_allowed
+from gpupool.scheduling.cyclestate import NodeKey, PoolState, Where
 from gpupool.scheduling.decision import (
     Decision,
     PendingInfo,
     PendingReason,
-    Preemption,
-    PreemptionReason,
     ReplicaStart,
     Reservation,
     Start,
 )
-from gpupool.scheduling.fit import Placed, allocate_all, diagnose, place_job, release_all
+from gpupool.scheduling.fit import Placed, allocate_all, place_job, release_all
 from gpupool.scheduling.learning import show_arrivals
 from gpupool.scheduling.memo import SchedulerMemo
 from gpupool.scheduling.ordering import Ordering, make_ordering
-from gpupool.scheduling.placement.base import (
-    BoolArray,
-    CapacityArrays,
-    PlacementPolicy,
-    PolicyOptions,
-    Shape,
-)
-from gpupool.scheduling.placement.registry import make_policy
-from gpupool.scheduling.preemption import (
-    Candidate,
-    ExemptReclaim,
-    PreemptionStage,
-    Request,
-    candidates_for,
-    exempt_reclaim,
-    hold,
-    make_preemption,
-    preemptible_jobs,
-    victim_reason,
-)
+from gpupool.scheduling.placement.base import CapacityArrays, Shape
 from gpupool.scheduling.release import Release
-from gpupool.scheduling.reservation import (
-    Blocked,
-    Gate,
-    PoolBackfill,
-    Timeline,
-    fits_check,
-    intersect,
-    make_backfill,
-    running_releases,
-)
+from gpupool.scheduling.reservation import Gate, intersect
 from gpupool.scheduling.snapshot import ClusterSnapshot
 from gpupool.scheduling.timemin import shortened_limit
-
-_ShapeKey = tuple[Shape, int]
-#: A job's node restriction (``--nodelist``, ``--exclude``, ``--constraint``'s text or "");
-#: ``()`` for none.
-_NodeKey = tuple[tuple[str, ...], tuple[str, ...], str] | tuple[()]
-_WhereKey = tuple[Shape, int, _NodeKey]
-
-
-@dataclass(frozen=True)
-class _Where:
-    """The node rows of its pool a job may use, and the restriction they come from (part of
-    every cache key, so a restricted job never shares an answer with an unrestricted one)."""
-
-    nodes: BoolArray
-    key: _NodeKey = ()
-
 
 _HELD = attrgetter("held")
 _ELIGIBLE = attrgetter("eligible_time")
 _POOL = attrgetter("spec.pool")
-
-
-@dataclass
-class _Pool:
-    """One pool's state during the cycle."""
-
-    name: str
-    live: CapacityArrays
-    nodes: BoolArray
-    policy: PlacementPolicy
-    backfill: PoolBackfill
-    epoch: int = 0  # bumped whenever capacity is given back (cached failures expire)
-    failed: dict[tuple[Shape, int, bool, _NodeKey], int] = field(default_factory=dict)
-    diagnosis: dict[_WhereKey, tuple[PendingReason, str]] = field(default_factory=dict)
-    estimates: dict[_WhereKey, float | None] = field(default_factory=dict)
-    # (nodelist, exclude) -> the pool's nodes a job restricted so may use (see _Cycle.where)
-    node_masks: dict[_NodeKey, BoolArray] = field(default_factory=dict)
-    timeline: Timeline | None = None
-    # (shape, replicas, priority, tenant) that found no victims: capacity only shrinks and the
-    # victim pool only narrows during a cycle, so they would find none again.
-    preempt_failed: set[tuple[Shape, int, int, str, _NodeKey]] = field(default_factory=set)
-    both: CapacityArrays | None = None  # live and shadow intersected (see _Cycle.target)
-    both_of: CapacityArrays | None = None  # the shadow ``both`` was built from
-    # The reservation the gate closed behind and the answer every job then gets (shared:
-    # one message per pool and blocker, not one per waiting job).
-    closed: tuple[Reservation | None, PendingInfo] | None = None
 
 
 def _job_end(job: Job, now: float) -> float | None:
@@ -141,76 +72,8 @@ def _job_end(job: Job, now: float) -> float | None:
     return None if duration is None else now + duration
 
 
-class _Cycle:
-    """The working state of one call to :func:`schedule`."""
-
-    def __init__(
-        self, snapshot: ClusterSnapshot, config: SchedulerConfig, memo: SchedulerMemo
-    ) -> None:
-        self.snapshot = snapshot
-        self.config = config
-        self.now = snapshot.now
-        self.capacity: ClusterCapacity = build_capacity(snapshot, memo)
-        self.ledger: Ledger = make_admission(config.admission).open(snapshot, config)
-        self.preemption: PreemptionStage = make_preemption(config.preemption)
-        self.backfill = make_backfill(config.backfill)
-        self.pools: dict[str, _Pool] = {}
-        self.starts: list[Start] = []
-        self.preemptions: list[Preemption] = []
-        self.pending: dict[str, PendingInfo] = {}
-        self.taken: set[str] = set()  # victims chosen this cycle
-        self.preemptors = 0
-        self.victims: dict[str, tuple[Candidate, ...]] | None = None  # built on first need
-        # The same with the exemption ignored (for ExemptReclaim), built on first need.
-        self.exempt_victims: dict[str, tuple[Candidate, ...]] | None = None
-        self.stopping_for: dict[str, list[float]] = {}
-        for r in snapshot.running:
-            if r.preempted_for is not None:
-                self.stopping_for.setdefault(r.preempted_for, []).append(r.grace_period_s)
-        self.running_ids = set(snapshot.running_by_job)
-        self.started: list[Release] = []  # what this cycle started, ending at its expected end
-        # Pools in strict order behind a blocked job with no quota to refuse anyone: every later
-        # job of theirs gets the pool's shared answer (see sweep).
-        self.sealed: _Pool | None = None  # the first such pool of this cycle
-        self.unfit: list[str] = []  # pending jobs that fit nowhere in their pool, even empty
-        self._features: dict[str, tuple[str, ...]] | None = None  # see node_features
-
-    # ----------------------------------------------------------------- helpers
-
-    def pool(self, name: str) -> _Pool:
-        found = self.pools.get(name)
-        if found is None:
-            pool = self.snapshot.pool_by_name[name]
-            name_used = pool.placement
-            if name_used == "default":
-                name_used = self.config.default_placement
-            policy = make_policy(name_used, PolicyOptions(seed=self.config.seed))
-            found = _Pool(
-                name=name,
-                live=self.capacity.view(name),
-                nodes=self.capacity.nodes_of(name),
-                policy=policy,
-                backfill=self.backfill.open(name, self.now),
-            )
-            self.pools[name] = found
-        return found
-
-    def shape_of(self, job: Job) -> Shape:
-        return self.capacity.shape_for(job.spec.resources, job.spec.isolation.value)
-
-    def wait(
-        self, job: Job, reason: PendingReason, message: str, estimate: float | None = None
-    ) -> None:
-        self.pending[job.id] = PendingInfo(reason, message, estimate)
-
-    def timeline(self, pool: _Pool) -> Timeline:
-        if pool.timeline is None:
-            releases = running_releases(
-                self.capacity, self.snapshot.running_by_job, self.taken, self.now
-            )
-            releases.extend(self.started)
-            pool.timeline = Timeline(pool.live, releases, self.now)
-        return pool.timeline
+class _Cycle(BlockedJobs):
+    """One call to :func:`schedule`: the steps of the cycle (see the module docstring)."""
 
     # ----------------------------------------------------------------- the cycle
 
@@ -241,7 +104,7 @@ class _Cycle:
             tail = [i for i in ordering.ids[stop:] if i not in running_ids]
             self.pending.update(dict.fromkeys(tail, info))
 
-    def sweep(self, sealed: _Pool, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
+    def sweep(self, sealed: PoolState, rest: tuple[Job, ...], ids: tuple[str, ...]) -> None:
         """Decide ``rest`` (ids ``ids``), the queue after ``sealed`` was sealed, without a call
         per waiting job.
 
@@ -294,15 +157,15 @@ class _Cycle:
             job, pool, shape, job.spec.replicas, standing=standing, shadow=gate.shadow, where=where
         )
 
-    def where(self, job: Job, pool: _Pool) -> _Where:
+    def where(self, job: Job, pool: PoolState) -> Where:
         """The nodes of ``pool`` that ``job`` may use: all of them, or those its ``nodelist``
         names and its ``exclude`` does not (sbatch ``--nodelist`` / ``--exclude``), and whose
         features satisfy its ``constraint`` (``--constraint``, see :func:`node_allowed`)."""
         spec = job.spec
         if not spec.nodelist and not spec.exclude and spec.constraint is None:
-            return _Where(pool.nodes)
+            return Where(pool.nodes)
         text = spec.constraint.text if spec.constraint is not None else ""
-        key: _NodeKey = (spec.nodelist, spec.exclude, text)
+        key: NodeKey = (spec.nodelist, spec.exclude, text)
         found = pool.node_masks.get(key)
         if found is None:
             features = self.node_features()
@@ -312,13 +175,7 @@ class _Cycle:
                 count=len(self.capacity.arrays.node_names),
             )
             found = pool.node_masks[key] = pool.nodes & allowed
-        return _Where(found, key)
-
-    def node_features(self) -> Mapping[str, tuple[str, ...]]:
-        """Each node's features (``gpupool agent --feature``), read once per cycle."""
-        if self._features is None:
-            self._features = {n.name: n.features for n in self.snapshot.nodes}
-        return self._features
+        return Where(found, key)
 
     def skip(self, job: Job) -> bool:
         """Step 1: True (and its reason given) when ``job`` is not for this cycle: held, not
@@ -353,7 +210,7 @@ class _Cycle:
             return True
         return False
 
-    def behind_closed_gate(self, job: Job, pool: _Pool) -> bool:
+    def behind_closed_gate(self, job: Job, pool: PoolState) -> bool:
         """Fast path before step 2: True (and the pool's shared answer given) when ``pool`` is
         in strict order behind a blocked job and no quota can refuse anyone, so steps 2 and 3
         would end in that same shared reason; it is given without the shape, check and gate.
@@ -376,7 +233,7 @@ class _Cycle:
             return None
         return shape, verdict.standing
 
-    def gate(self, job: Job, pool: _Pool, end: float | None) -> Gate | None:
+    def gate(self, job: Job, pool: PoolState, end: float | None) -> Gate | None:
         """Step 3: the pool's backfill gate for a job ending at ``end``, or ``None`` when it is
         closed (the job then gets the pool's shared answer for that blocker, and a pool that
         closes for everyone with no quota to refuse anyone is sealed: see :meth:`sweep`)."""
@@ -398,7 +255,14 @@ class _Cycle:
         return None
 
     def place(
-        self, job: Job, pool: _Pool, shape: Shape, end: float | None, gate: Gate, *, where: _Where
+        self,
+        job: Job,
+        pool: PoolState,
+        shape: Shape,
+        end: float | None,
+        gate: Gate,
+        *,
+        where: Where,
     ) -> bool:
         """Step 4: start ``job`` if it fits where the gate lets it (``True``: started, or
         refused by the quota check on the memory it really gets); ``False`` when it does not
@@ -428,7 +292,7 @@ class _Cycle:
         self.started.extend(Release(end, held(p.shape, p.choice), p.choice) for p in placed)
         return True
 
-    def place_shortened(self, job: Job, pool: _Pool, shape: Shape, where: _Where) -> bool:
+    def place_shortened(self, job: Job, pool: PoolState, shape: Shape, where: Where) -> bool:
         """Step 4 again for a job with ``--time-min`` that the reservation held back: with
         the longest limit that ends before the reserved start (:func:`shortened_limit`); its
         start then carries that limit. ``False``: no such limit, or it does not fit."""
@@ -446,7 +310,7 @@ class _Cycle:
             self.starts[-1] = replace(self.starts[-1], time_limit_s=limit)
         return True
 
-    def target(self, pool: _Pool, shadow: CapacityArrays | None) -> CapacityArrays:
+    def target(self, pool: PoolState, shadow: CapacityArrays | None) -> CapacityArrays:
         """Where a job is placed: the live arrays, or where live and shadow both have room.
 
         The intersection is built once per reservation and kept up to date: a job placed on it
@@ -460,7 +324,7 @@ class _Cycle:
             pool.both_of = shadow
         return pool.both
 
-    def refresh_both(self, pool: _Pool, placed: tuple[Placed, ...]) -> None:
+    def refresh_both(self, pool: PoolState, placed: tuple[Placed, ...]) -> None:
         both, live, shadow = pool.both, pool.live, pool.both_of
         assert both is not None
         assert shadow is not None
@@ -472,13 +336,13 @@ class _Cycle:
 
     def try_place(
         self,
-        pool: _Pool,
+        pool: PoolState,
         target: CapacityArrays,
         shape: Shape,
         replicas: int,
         *,
         long: bool,
-        where: _Where,
+        where: Where,
     ) -> tuple[Placed, ...] | None:
         """Place on ``target`` (allocated there), or ``None``; failures are cached per shape."""
         key = (shape, replicas, long, where.key)
@@ -504,285 +368,6 @@ class _Cycle:
             for rank, p in enumerate(placed)
         )
         self.starts.append(Start(job.id, job.tenant, job.spec.pool, replicas, borrowing))
-
-    # ----------------------------------------------------------------- blocked jobs
-
-    def blocked(
-        self,
-        job: Job,
-        pool: _Pool,
-        shape: Shape,
-        replicas: int,
-        *,
-        standing: Standing,
-        shadow: CapacityArrays | None,
-        where: _Where,
-    ) -> None:
-        graces = self.stopping_for.get(job.id)
-        if graces:
-            self.wait(
-                job,
-                PendingReason.WAITING_FOR_PREEMPTION,
-                f"{len(graces)} replica(s) are stopping to make room for it",
-                self.now + max(graces),
-            )
-            return
-        if standing is Standing.IN_QUOTA and self.try_preempt(job, pool, shape, replicas, where):
-            return
-        key = (shape, replicas, where.key)
-        if shadow is not None:
-            # It may fit now, but only by taking what the reserved job is promised.
-            reservation = pool.backfill.reservation
-            trial = place_job(pool.live, pool.policy, shape, replicas, where.nodes)
-            if trial is not None and reservation is not None:
-                release_all(pool.live, trial)
-                when = reservation.start_time
-                at = "when its devices free up" if when is None else f"at t={when:.0f}"
-                self.wait(
-                    job,
-                    PendingReason.WAITING_FOR_RESERVATION,
-                    f"it fits now, but would delay job {reservation.job_id}, reserved to start "
-                    f"{at} in pool {pool.name}; give it a shorter time limit to backfill",
-                    when,
-                )
-                return
-        found = pool.diagnosis.get(key)
-        if found is None:
-            found = diagnose(
-                pool.live,
-                self.capacity.empty_view(pool.name),
-                shape,
-                replicas,
-                where.nodes,
-                pool=pool.name,
-            )
-            pool.diagnosis[key] = found
-        reason, message = found
-        if reason in (PendingReason.TOO_LARGE, PendingReason.NO_DEVICE_OF_TYPE):
-            away = self.unavailable_nodes(job, pool)
-            if not away and self.no_node_has_features(job, pool):
-                return
-            if away:
-                self.wait(
-                    job,
-                    PendingReason.REQ_NODE_NOT_AVAIL,
-                    f"no available node of pool {pool.name} can hold it, and node(s) "
-                    f"{', '.join(away)} of the pool are not available: it may start when they "
-                    "are back (an operator resumes a drained node with gpupool resume NODE)",
-                )
-                return
-            self.wait(job, reason, message)
-            self.unfit.append(job.id)
-            return
-        reclaim = (
-            self.exempt_reclaim(job, pool, shape, replicas, where)
-            if standing is Standing.IN_QUOTA
-            else None
-        )
-        if reclaim is not None:
-            wait_s = reclaim.at - self.now
-            message = (
-                f"{message}; tenant {job.tenant}'s guaranteed share is held by borrowed job(s) "
-                f"{', '.join(reclaim.victims)} of {', '.join(reclaim.tenants)}, exempt from "
-                f"reclaim for their first {self.config.preempt_exempt_s:.0f} s: it reclaims "
-                f"them in {wait_s:.0f} s (at t={reclaim.at:.0f}) unless running jobs end first"
-            )
-        made = pool.backfill.blocked(
-            Blocked(job.id, pool.name, shape, replicas, where.nodes, pool.policy, self._tl(pool))
-        )
-        if made is not None:
-            when = made.start_time
-            at = "once running jobs with unknown end finish" if when is None else f"at t={when:.0f}"
-            if reclaim is not None:
-                when = reclaim.at if when is None else min(when, reclaim.at)
-            self.wait(
-                job,
-                reason,
-                f"{message}; first in line in pool {pool.name}, it has {', '.join(made.nodes)} "
-                f"reserved {at} and later jobs only backfill around it",
-                when,
-            )
-            return
-        estimate = self.estimate(pool, shape, replicas, where)
-        if reclaim is not None:
-            estimate = reclaim.at if estimate is None else min(estimate, reclaim.at)
-        self.wait(job, reason, message, estimate)
-
-    def no_node_has_features(self, job: Job, pool: _Pool) -> bool:
-        """When no node of ``pool`` satisfies ``job``'s ``--constraint`` (up or not): it waits
-        with ``BadConstraints`` saying so, and True."""
-        spec = job.spec
-        if spec.constraint is None:
-            return False
-        features = self.node_features()
-        on_pool = {d.node for d in self.snapshot.devices if d.pool == pool.name}
-        nodes = [n for n in self.snapshot.nodes if n.name in on_pool]
-        if any(spec.constraint.allows(features.get(n.name, ())) for n in nodes):
-            return False
-        self.wait(
-            job, PendingReason.BAD_CONSTRAINTS, bad_constraint_message(spec, pool.name, nodes)
-        )
-        self.unfit.append(job.id)
-        return True
-
-    def unavailable_nodes(self, job: Job, pool: _Pool) -> list[str]:
-        """The nodes of ``pool`` (within the job's ``nodelist``/``exclude``) that are drained,
-        draining or down and could hold one of its replicas when back and empty, each with its
-        state: ``n1 (drained)``."""
-        spec, res = job.spec, job.spec.resources
-        features = self.node_features()
-        away = {
-            n.name: n
-            for n in self.snapshot.nodes
-            if not n.schedulable and node_allowed(spec, n.name, features)
-        }
-        if not away:
-            return []
-        need = res.gpu_memory_mib or 0
-        cards: dict[str, int] = {}
-        for d in self.snapshot.devices:
-            if (
-                d.node in away
-                and d.pool == pool.name
-                and d.health is DeviceHealth.HEALTHY
-                and allowed_model(d.model, res.gpu_types)
-                and d.memory_mib >= need
-            ):
-                cards[d.node] = cards.get(d.node, 0) + 1
-        return [
-            f"{name} ({node.state.value})"
-            for name, node in away.items()
-            if (name in cards or res.device_count == 0)
-            and cards.get(name, 0) >= res.device_count
-            and node.cpu_milli >= res.cpu_milli
-            and node.memory_mib >= res.host_memory_mib
-        ]
-
-    def exempt_reclaim(
-        self, job: Job, pool: _Pool, shape: Shape, replicas: int, where: _Where
-    ) -> ExemptReclaim | None:
-        """When ``job`` (in-quota, blocked, nothing to preempt now) could reclaim its guarantee
-        from other tenants' borrowers still in their first ``preempt_exempt_s`` seconds (see
-        :func:`~gpupool.scheduling.preemption.exempt_reclaim`); ``None`` when that is not what
-        it waits for."""
-        config = self.config
-        if (
-            not config.preemption_enabled
-            or config.preempt_exempt_s <= 0
-            or self.snapshot.quota(job.tenant, pool.name) is None
-        ):
-            return None
-        if self.exempt_victims is None:
-            self.exempt_victims = preemptible_jobs(
-                self.snapshot.running_by_job.items(),
-                capacity=self.capacity,
-                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
-                now=self.now,
-                config=replace(config, preempt_exempt_s=0.0),
-            )
-        found = exempt_reclaim(
-            job,
-            self.exempt_victims.get(pool.name, ()),
-            live=pool.live,
-            policy=pool.policy,
-            shape=shape,
-            replicas=replicas,
-            nodes=where.nodes,
-            exempt_s=config.preempt_exempt_s,
-        )
-        return found if found is not None and found.at > self.now else None
-
-    def _tl(self, pool: _Pool) -> Callable[[], Timeline]:
-        return lambda: self.timeline(pool)
-
-    def estimate(self, pool: _Pool, shape: Shape, replicas: int, where: _Where) -> float | None:
-        key = (shape, replicas, where.key)
-        if key in pool.estimates:
-            return pool.estimates[key]
-        timeline = self.timeline(pool)
-        value = timeline.estimate(fits_check(pool.policy, shape, replicas, where.nodes))
-        if value is not None and value <= self.now:
-            # It does not fit now, so not before the next job ends.
-            value = timeline.next_end
-        pool.estimates[key] = value
-        return value
-
-    def try_preempt(
-        self, job: Job, pool: _Pool, shape: Shape, replicas: int, where: _Where
-    ) -> bool:
-        config = self.config
-        if (
-            not config.preemption_enabled
-            or self.preemptors >= config.max_preemptors_per_cycle
-            or pool.backfill.reservation is not None
-        ):
-            return False
-        failed_key = (shape, replicas, job.priority, job.tenant, where.key)
-        if failed_key in pool.preempt_failed:
-            return False
-        if self.victims is None:
-            self.victims = preemptible_jobs(
-                self.snapshot.running_by_job.items(),
-                capacity=self.capacity,
-                # Who borrows is fixed when the ledger opens (commits do not change it).
-                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
-                now=self.now,
-                config=config,
-            )
-        managed = self.snapshot.quota(job.tenant, pool.name) is not None
-        candidates = candidates_for(
-            job, self.victims.get(pool.name, ()), in_quota_managed=managed, taken=self.taken
-        )
-        if not candidates:
-            pool.preempt_failed.add(failed_key)
-            return False
-        self.preemptors += 1
-        plan = self.preemption.plan(
-            Request(
-                job=job,
-                shape=shape,
-                replicas=replicas,
-                live=pool.live,
-                nodes=where.nodes,
-                policy=pool.policy,
-                candidates=candidates,
-                max_victims=config.max_victims_per_job,
-            )
-        )
-        if plan is None:
-            pool.preempt_failed.add(failed_key)
-            return False
-        hold(pool.live, plan)
-        graces = [0.0]
-        for victim in plan.victims:
-            self.taken.add(victim.job_id)
-            replicas_of = self.snapshot.running_by_job[victim.job_id]
-            graces.extend(r.grace_period_s for r in replicas_of)
-            self.ledger.release(
-                victim.tenant,
-                pool.name,
-                sum(r.gpu_milli for r in replicas_of),
-                sum(r.gpu_memory_mib for r in replicas_of),
-            )
-            reason = victim_reason(job, victim, in_quota_managed=managed)
-            assert reason is not None
-            why = (
-                f"job {job.id} (priority {job.priority}) outranks it (priority {victim.priority})"
-                if reason is PreemptionReason.PRIORITY
-                else f"tenant {job.tenant} reclaims its guaranteed share, which {victim.tenant} "
-                "was borrowing"
-            )
-            self.preemptions.append(Preemption(victim.job_id, job.id, reason, why))
-        memory = sum((p.shape.memory_mib or 0) * p.shape.count for p in plan.placed)
-        self.ledger.commit(job.tenant, pool.name, job.spec.total_gpu_milli, memory)
-        ids = ", ".join(v.job_id for v in plan.victims)
-        self.wait(
-            job,
-            PendingReason.WAITING_FOR_PREEMPTION,
-            f"preempting {ids} to make room; it starts when they have stopped",
-            self.now + max(graces),
-        )
-        return True
 
     def decision(self, ordering: Ordering) -> Decision:
         reservations: list[Reservation] = [
