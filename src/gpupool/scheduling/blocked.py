@@ -22,12 +22,14 @@ from dataclasses import replace
 from gpupool.domain.jobs import Job
 from gpupool.domain.nodes import DeviceHealth, allowed_model
 from gpupool.scheduling.admission import Standing
+from gpupool.scheduling.config import SchedulerConfig
 from gpupool.scheduling.constraints import bad_constraint_message, node_allowed
 from gpupool.scheduling.cyclestate import CycleState, PoolState, Where
 from gpupool.scheduling.decision import PendingReason, Preemption, PreemptionReason
 from gpupool.scheduling.fit import diagnose, place_job, release_all
 from gpupool.scheduling.placement.base import CapacityArrays, Shape
 from gpupool.scheduling.preemption import (
+    Candidate,
     ExemptReclaim,
     Request,
     candidates_for,
@@ -209,13 +211,7 @@ class BlockedJobs(CycleState):
         ):
             return None
         if self.exempt_victims is None:
-            self.exempt_victims = preemptible_jobs(
-                self.snapshot.running_by_job.items(),
-                capacity=self.capacity,
-                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
-                now=self.now,
-                config=replace(config, preempt_exempt_s=0.0),
-            )
+            self.exempt_victims = self.preemptible(replace(config, preempt_exempt_s=0.0))
         found = exempt_reclaim(
             job,
             self.exempt_victims.get(pool.name, ()),
@@ -227,6 +223,17 @@ class BlockedJobs(CycleState):
             exempt_s=config.preempt_exempt_s,
         )
         return found if found is not None and found.at > self.now else None
+
+    def preemptible(self, config: SchedulerConfig) -> dict[str, tuple[Candidate, ...]]:
+        """The running jobs ``config`` lets a cycle preempt, by pool (built on first need)."""
+        return preemptible_jobs(
+            self.snapshot.running_by_job.items(),
+            capacity=self.capacity,
+            # Who borrows is fixed when the ledger opens (commits do not change it).
+            borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
+            now=self.now,
+            config=config,
+        )
 
     def _tl(self, pool: PoolState) -> Callable[[], Timeline]:
         return lambda: self.timeline(pool)
@@ -257,14 +264,7 @@ class BlockedJobs(CycleState):
         if failed_key in pool.preempt_failed:
             return False
         if self.victims is None:
-            self.victims = preemptible_jobs(
-                self.snapshot.running_by_job.items(),
-                capacity=self.capacity,
-                # Who borrows is fixed when the ledger opens (commits do not change it).
-                borrowing={j for j in self.snapshot.running_by_job if self.ledger.is_borrowing(j)},
-                now=self.now,
-                config=config,
-            )
+            self.victims = self.preemptible(config)
         managed = self.snapshot.quota(job.tenant, pool.name) is not None
         candidates = candidates_for(
             job, self.victims.get(pool.name, ()), in_quota_managed=managed, taken=self.taken
