@@ -1,5 +1,6 @@
 """Two real ``gpupool server`` replicas on one PostgreSQL database and one real ``gpupool
-agent`` talking to the servers it is given (see tests/fleet/test_replicas.py).
+agent`` talking to the servers it is given: the harness of tests/fleet/test_replicas.py (and
+benchmarks/bench_replica_start.py) and of tests/e2e/test_leader_lease.py (a frozen leader).
 
 Server ``a`` is started first and leads; ``b`` is the standby. Jobs hold until their go-file
 exists, so a test ends them without killing anything; :meth:`Replicas.close` resumes frozen
@@ -38,6 +39,9 @@ def leads(server: ServerProcess) -> str | None:
 
 
 class Replicas:
+    """Servers ``a`` and ``b`` on database ``url``, started with ``server_args``; an agent
+    (node ``n1``, two simulated A100s) once :meth:`start_agent` names its servers."""
+
     def __init__(self, root: Path, url: str, server_args: tuple[str, ...]) -> None:
         self.root = root
         self.url = url
