@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from unittest import mock
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from gpupool.control.context import ControlPlane
 from gpupool.control.machinery.clock import ManualClock
 from gpupool.control.services.liveness import Liveness
 from gpupool.schemas.agent import DeviceTelemetry
-from gpupool.store.models import DeviceModel, EventModel, NodeModel
+from gpupool.store.models import DeviceModel, EventModel, NodeModel, UsageModel
 from tests.control.builders import heartbeat, leading_cycle, register, running, submit
 
 
@@ -107,3 +107,38 @@ def test_a_node_marked_down_is_not_kept_up_by_quiet_answers(
     heartbeat(cp, "n1")  # the full way: the node is up again, as before
     with cp.read() as s:
         assert s.get(NodeModel, "n1").state == "up"
+
+
+def test_an_empty_node_goes_the_full_way_every_ten_minutes_a_busy_one_every_two(
+    cp: ControlPlane, clock: ManualClock
+) -> None:
+    """The age limit of a kept answer: a node running nothing has no usage to accrue, so
+    its quiet heartbeats stay quiet for ten minutes; a node running a replica is applied in
+    full every two minutes, and its usage reaches the store that often."""
+    register(cp, "n1")
+    register(cp, "n2")
+    job = submit(cp, gpus="1", nodelist="n2")
+    leading_cycle(cp)
+    [start] = heartbeat(cp, "n2").start
+    busy = [running(start.assignment_id)]
+    heartbeat(cp, "n2", busy)  # running: applied in full, settled
+    heartbeat(cp, "n1")  # settled, empty
+    full: dict[str, int] = {"n1": 0, "n2": 0}
+    for _ in range(int(590 / 5)):
+        clock.advance(5)
+        for node, replicas in (("n1", None), ("n2", busy)):
+            with _transactions(cp) as tx:
+                heartbeat(cp, node, replicas)
+            full[node] += tx.call_count
+    assert full["n1"] == 0  # 590 s: quiet throughout
+    assert 4 <= full["n2"] <= 5  # every 120 s
+    clock.advance(15)
+    with _transactions(cp) as tx:
+        heartbeat(cp, "n1")
+    assert tx.call_count == 1  # past ten minutes: the full way
+    with cp.read() as s:
+        used = s.scalar(
+            select(func.sum(UsageModel.milli_seconds)).where(UsageModel.job_id == job.id)
+        )
+    assert used is not None
+    assert used >= 1000 * (590 - 120)  # accrued at most two minutes behind

@@ -82,7 +82,7 @@ class ControlPlane:
         self.origin = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._listener: Listener | None = None
         self.admission = Admission()  # agents' calls in flight, shed, heard; the server's lag
-        self.settled = SettledNodes()  # quiet heartbeats answered from memory
+        self.settled = SettledNodes(clock=self.clock.monotonic)  # quiet heartbeats, from memory
         self.reports = ReportBook()  # agents' acknowledged reports, to expand their deltas
         self._write_gate = threading.Lock()
         self.epoch = 0  # the leader epoch this server holds (0 = not leader)

@@ -14,14 +14,20 @@ Words:
   ``orders_version`` in the store.
 - **quiet heartbeat**: one whose replicas digest and agent id equal the settled ones, whose
   devices all report healthy, without an XID and below the temperature alert, while the node's
-  order sequence is unchanged and the settled answer is younger than ``max_age_s``. It is
+  order sequence is unchanged and the settled answer is younger than its age limit
+  (``max_age_s`` for a node running replicas, ``empty_max_age_s`` for one running none). It is
   answered with the kept answer and no transaction: the node's liveness is written with
   everyone else's once a second (one batched update, as for shed heartbeats; see
   :mod:`~.admission`), its telemetry is kept and written at most every ``telemetry_every_s``
   (sampled, in batches of bounded size), and usage is accrued at the next full heartbeat (it
   counts from the last accrual, so nothing is lost).
-- Anything else goes the full way, and so does every heartbeat once ``max_age_s`` passed, so
-  the kept answer never drifts far from the store. Orders given by another process (an API
+- Anything else goes the full way, and so does every heartbeat once the age limit passed, so
+  the kept answer never drifts far from the store. A node running replicas is taken the full
+  way every two minutes, so that their usage (accrued there) is never more than that behind
+  in reports and budgets; an empty node has no usage to accrue and nothing else in its answer
+  to refresh (orders and epochs are followed as below, telemetry is sampled), so it goes the
+  full way every ten minutes: over a fleet of mostly idle nodes these refreshes were most of
+  the full-way heartbeats. Orders given by another process (an API
   worker, another replica) raise the node's ``orders_version`` in the store
   (:func:`~.orders.bump_versions`); every 5 s at most, when it answered quiet heartbeats
   meanwhile, the server reads the versions and drops the settled nodes whose version moved
@@ -42,6 +48,8 @@ from gpupool.schemas.agent import DeviceTelemetry, HeartbeatRequest, HeartbeatRe
 
 #: The oldest settled answer given again (seconds): past it the heartbeat goes the full way.
 MAX_AGE_S = 120.0
+#: The same for a node that reported no replica (nothing to accrue).
+EMPTY_MAX_AGE_S = 600.0
 #: A quiet node's telemetry is written at most this often (seconds).
 TELEMETRY_EVERY_S = 15.0
 
@@ -60,6 +68,7 @@ class Settled:
     epoch: int
     answer: HeartbeatResponse
     at: float  # monotonic
+    max_age: float  # seconds
 
 
 class SettledNodes:
@@ -69,9 +78,11 @@ class SettledNodes:
         self,
         max_age_s: float = MAX_AGE_S,
         telemetry_every_s: float = TELEMETRY_EVERY_S,
+        empty_max_age_s: float = EMPTY_MAX_AGE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_age_s = max_age_s
+        self.empty_max_age_s = empty_max_age_s
         self.telemetry_every_s = telemetry_every_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -96,6 +107,7 @@ class SettledNodes:
             answer.epoch,
             answer,
             self._clock(),
+            self.max_age_s if req.replicas else self.empty_max_age_s,
         )
         with self._lock:
             self._nodes[req.node] = entry
@@ -113,7 +125,7 @@ class SettledNodes:
             return None
         now = self._clock()
         if (
-            now - entry.at > self.max_age_s
+            now - entry.at > entry.max_age
             or entry.order_seq != order_seq
             or entry.agent_id != req.agent_id
             or not all(_calm(t, hot_c) for t in req.telemetry)

@@ -353,10 +353,11 @@ class NodeService:
         written first (:meth:`record_heard`), and the timeout is extended by the server's lag
         (how late it has been recording heartbeats, :mod:`~.machinery.admission`).
         """
-        self.record_heard()  # shed heartbeats count: written before anyone is judged
         now = self.cp.now()
         if now < self._silent_none_before:
-            return []
+            return []  # nobody to judge: the heard nodes are written by the liveness batch
+        self.record_heard()  # shed heartbeats count: written before anyone is judged
+        now = self.cp.now()
         lag = self.cp.admission.lag()
         timeout = self.cp.settings.node_timeout_s + lag
         deadline = now - timeout
