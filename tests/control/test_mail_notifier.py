@@ -236,3 +236,20 @@ def cp(cp: ControlPlane) -> ControlPlane:
     """The store's control plane with a server webhook (``http://h/x``)."""
     cp.settings = replace(cp.settings, mail_webhook="http://h/x")
     return cp
+
+
+def test_a_row_this_release_cannot_read_is_dropped_and_counted_not_retried(
+    cp: ControlPlane,
+) -> None:
+    with cp.tx() as session:
+        outbox.stage(session, [{"job_id": "j9", "recipient": "http://h/x", "body": {"x": 1}}], 1.0)
+    failed = NOTIFICATIONS.labels("webhook", "failed")
+    before = failed._value.get()
+    sent: list[str] = []
+    sender = _sender(cp, lambda n: sent.append(n.job_id))
+    try:
+        wait_for(lambda: _outbox(cp) == 0, 30, "the unreadable row dropped")
+    finally:
+        sender.close()
+    assert sent == []
+    assert failed._value.get() == before + 1

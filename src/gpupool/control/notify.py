@@ -276,7 +276,16 @@ class Notifier:
         return bool(batch)
 
     def _attempt(self, row: outbox.Claimed) -> None:
-        notice = Notice(**row.body, to=row.recipient)
+        try:
+            notice = Notice(**row.body, to=row.recipient)
+        except TypeError as exc:  # a row this release cannot read: dropped, not retried forever
+            log.error("notification row %d unreadable, dropped: %s (%r)", row.id, exc, row.body)
+            with self._tx() as session:
+                outbox.done(session, self.owner, row.id)
+            NOTIFICATIONS.labels(
+                "webhook" if is_webhook(row.recipient) else "email", "failed"
+            ).inc()
+            return
         attempt = row.attempts + 1
         try:
             self._send(notice)

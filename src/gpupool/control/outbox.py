@@ -127,7 +127,8 @@ def release_dead(session: Session, now: float) -> int:
         .where(NoticeModel.claimed_by.like(f"{host}:%"), NoticeModel.claimed_until > now)
         .distinct()
     ).all()
-    dead = [o for o in owners if o is not None and not _alive(o, host)]
+    # LIKE's _ and % may match other hosts' names: only this host's owners are judged here
+    dead = [o for o in owners if o and o.startswith(f"{host}:") and not _alive(o, host)]
     if not dead:
         return 0
     freed = session.execute(
