@@ -11,6 +11,7 @@ CLI or the API, notices received by a local webhook (:class:`tests.e2e.sinks.Hoo
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
@@ -109,3 +111,15 @@ def test_two_replicas_send_each_notice_once(replicas: Replicas, db_url: str) -> 
         time.sleep(2)  # a second send of any would come at once: give it the time to show
         told = Counter((b["job_id"], b["event"]) for b in hook.bodies)
     assert told == Counter({(j, e): 1 for j in jobs for e in ("BEGIN", "END")}), told
+    sent = [_sent(server.url) for server in (pair.a, pair.b)]
+    print(f"webhook notices sent by replica a, b: {sent}")
+    assert sum(sent) == 2 * len(jobs), sent  # each counted once, by the replica that sent it
+
+
+def _sent(url: str) -> int:
+    """``gpupool_notifications_total{channel="webhook", outcome="sent"}`` of one server."""
+    metrics = httpx.get(f"{url}/metrics", timeout=20).text
+    found = re.search(
+        r'gpupool_notifications_total\{channel="webhook",outcome="sent"\} (\S+)', metrics
+    )
+    return int(float(found.group(1))) if found else 0
