@@ -15,9 +15,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.control import notify, outbox
@@ -103,6 +104,25 @@ def test_a_committed_transaction_keeps_its_notices_and_a_rolled_back_one_none(
     assert sorted(tuple(r) for r in rows) == [("j1", "http://h/x"), ("j2", "http://h/x")]
 
 
+def test_a_transaction_noting_several_notices_writes_them_in_one_insert(
+    cp: ControlPlane,
+) -> None:
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(cp.engine, "before_cursor_execute", seen)
+    try:
+        _commit(cp, _notice("j1"), _notice("j2"), _notice("j3"))
+        _commit(cp)  # a transaction that noted nothing writes nothing to the outbox
+    finally:
+        event.remove(cp.engine, "before_cursor_execute", seen)
+    inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT INTO NOTICES")]
+    assert len(inserts) == 1, inserts
+    assert _outbox(cp) == 3
+
+
 def test_a_failing_send_is_retried_with_backoff_then_dropped_and_counted(
     cp: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,6 +202,37 @@ def test_a_claim_of_a_dead_process_on_this_host_is_sent_by_the_next_sender(
         assert sent == ["dead"]
     finally:
         sender.close()
+
+
+def test_a_sender_starting_beside_a_live_one_in_this_process_leaves_its_claims(
+    cp: ControlPlane,
+) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    sent: list[str] = []
+
+    def slow(notice: Notice) -> None:
+        entered.set()
+        release.wait(30)
+        sent.append(notice.job_id)
+
+    first = _sender(cp, slow)
+    second: Notifier | None = None
+    try:
+        _commit(cp, _notice("j1"))
+        first.wake()
+        assert entered.wait(30)  # claimed by the first, its send under way
+        second = _sender(cp, lambda n: sent.append(f"second {n.job_id}"))
+        second.wake()
+        time.sleep(0.5)  # the second looked: the claim is a live sender's
+        release.set()
+        wait_for(lambda: _outbox(cp) == 0, 30, "the notice sent")
+    finally:
+        release.set()
+        for sender in (first, second):
+            if sender is not None:
+                sender.close()
+    assert sent == ["j1"]
 
 
 def test_a_stopped_sender_leaves_what_it_did_not_send_in_the_outbox(cp: ControlPlane) -> None:

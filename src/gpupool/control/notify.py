@@ -230,6 +230,8 @@ class Notifier:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+        if thread is None or not thread.is_alive():  # a send still under way keeps its claims
+            outbox.retire(self.owner)
 
     def _run(self) -> None:
         try:

@@ -45,9 +45,21 @@ LEASE_S = 120.0
 BATCH = 32
 
 
+#: The owners of this process's live senders (a process may hold several control planes).
+_LIVE: set[str] = set()
+
+
 def owner_name() -> str:
-    """A name for this process's claims: ``host:pid:random`` (see :func:`release_dead`)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    """A new name for one sender's claims, ``host:pid:random``, alive until :func:`retire`
+    (see :func:`release_dead`)."""
+    name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    _LIVE.add(name)
+    return name
+
+
+def retire(owner: str) -> None:
+    """``owner``'s sender stopped: a later sender of this process may free its claims."""
+    _LIVE.discard(owner)
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,8 @@ def _alive(owner: str, host: str) -> bool:
     if not pid_text.isdigit():
         return True  # not one of ours: leave it to its lease
     pid = int(pid_text)
-    if pid == os.getpid():
-        return False  # an earlier process of this pid (this one has not claimed yet)
+    if pid == os.getpid():  # another sender of this process, or an earlier process of this pid
+        return owner in _LIVE
     with contextlib.suppress(PermissionError):  # PermissionError: it exists, someone else's
         try:
             os.kill(pid, 0)
