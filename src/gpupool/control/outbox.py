@@ -15,7 +15,9 @@ Words:
   (sent, or failed :data:`ATTEMPTS` times) or put back with a later ``due`` (retry). A claim
   whose owner died stays until ``claimed_until``, except that a server starting on the same
   host frees at once the claims of owners whose process is gone (:func:`release_dead`), so a
-  server killed mid-send and restarted sends its notices again within a second.
+  server killed mid-send and restarted sends its notices again within a second. (This rests on
+  a host name naming one machine, or one PID namespace; an owner of this very process is dead
+  only once its sender stopped, :func:`retire`.)
 - **due**: wall-clock epoch seconds (shared by every process on the store; not the control
   plane's clock, which the simulator and tests may stop): when a row may be claimed next.
 
