@@ -231,6 +231,36 @@ def test_show_layout_with_factors_and_events() -> None:
     check("show", render.job_detail(pending, events, T0 + 600))
 
 
+def test_show_layout_with_every_field_a_job_may_have() -> None:
+    """``show`` of a job using the options lately added (sbatch's --array, --requeue,
+    --constraint, -w/-x, --image, --pty, -o/--error, --time-min, --begin, --dependency,
+    --mail-type/--mail-user): rich's page, and the hot path's plain text the same."""
+    from gpupool.cli.jobtable import detail_text
+    from gpupool.schemas.containers import ContainerWire
+
+    full = JOBS[1].model_copy(
+        update={
+            "array_id": "0f9e8d7c6b00",
+            "array_index": 3,
+            "requeue": "on-failure",
+            "max_restarts": 2,
+            "constraint": "ib&a100x8",
+            "nodelist": ["gpu-01", "gpu-02"],
+            "exclude": ["gpu-09"],
+            "container": ContainerWire(image="docker.io/library/python:3.12", workdir="/w"),
+            "pty": True,
+            "output": "out-%j.txt",
+            "time_min_s": 1800.0,
+            "eligible_time": T0 + 3600,
+            "dependency": "afterok:a1b2c3d4e5f6",
+            "mail_type": ["END", "FAIL"],
+            "mail_user": "https://hooks.example.org/...",
+        }
+    )
+    text = check("show-fields", render.job_detail(full, [], T0 + 600))
+    assert detail_text(full, [], T0 + 600, 100) == text
+
+
 def test_nodes_and_gpus_layout() -> None:
     node = NodeView(
         name="gpu-01",

@@ -4,7 +4,9 @@ a free local port in a thread of its own, keeping what they were sent.
 :class:`SmtpSink` speaks the part of SMTP (RFC 5321) a client sending one message needs:
 ``EHLO``/``HELO``, ``MAIL FROM``, ``RCPT TO``, ``DATA`` (dot-unstuffed up to the lone ``.``),
 ``RSET``, ``NOOP``, ``QUIT``; anything else is answered 502. :class:`HookSink` answers the
-first ``fail_first`` POSTs with 503 (to see the sender retry), then 200.
+first ``fail_first`` POSTs with 503 (to see the sender retry), then 200; with ``stall_first``
+it first holds that many POSTs unanswered until ``release`` is set, then drops them (a
+receiver that stalls while its sender is killed); ``delay_s`` waits before each 200.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,19 +88,33 @@ class SmtpSink:
 class HookSink:
     """An HTTP server on 127.0.0.1 keeping every JSON body POSTed to it (``bodies``, in order)."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, *, stall_first: int = 0, delay_s: float = 0.0):
         self.bodies: list[dict[str, Any]] = []
         self.refused = 0
+        self.stalled: list[dict[str, Any]] = []  # held unanswered, then dropped
+        self.held = threading.Event()  # a POST is being held
+        self.release = threading.Event()
         sink = self
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with lock:
+                    stall = len(sink.stalled) < stall_first
+                    if stall:
+                        sink.stalled.append(json.loads(body))
+                if stall:
+                    sink.held.set()
+                    sink.release.wait(120)
+                    return  # no answer: the connection closes
                 if sink.refused < fail_first:
                     sink.refused += 1
                     self.send_response(503)
                 else:
-                    sink.bodies.append(json.loads(body))
+                    time.sleep(delay_s)
+                    with lock:
+                        sink.bodies.append(json.loads(body))
                     self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -115,5 +132,6 @@ class HookSink:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self._server.shutdown()
         self._server.server_close()

@@ -50,8 +50,10 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     # The store as release 0001 left it: no uploads table, no assignments.stop_for, no leader
     # lease expiry, no nodes.agent_id, no memory oversubscription (pools) or spilled bytes
     # (slices), no container engines (nodes) or container settings (pools), no token parents,
-    # no nodes.orders_version, no devices.context_reserve_mib, no nodes.features.
+    # no nodes.orders_version, no devices.context_reserve_mib, no nodes.features, no notices
+    # outbox.
     with cp.engine.begin() as conn:
+        conn.execute(text("DROP TABLE notices"))
         conn.execute(text("ALTER TABLE nodes DROP COLUMN features"))
         conn.execute(text("DROP INDEX ix_tokens_parent_id"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN parent_id"))
@@ -72,6 +74,7 @@ def test_an_older_schema_is_refused_until_migrate(cp: ControlPlane) -> None:
     assert "uploads" not in inspect(cp.engine).get_table_names()  # refused: nothing changed
     assert ensure_schema(cp.engine, allow_migrate=True) == head_revision()
     assert "uploads" in inspect(cp.engine).get_table_names()
+    assert "notices" in inspect(cp.engine).get_table_names()
     assert "stop_for" in {c["name"] for c in inspect(cp.engine).get_columns("assignments")}
     assert "expires" in {c["name"] for c in inspect(cp.engine).get_columns("leader")}
     assert "agent_id" in {c["name"] for c in inspect(cp.engine).get_columns("nodes")}

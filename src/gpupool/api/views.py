@@ -9,6 +9,7 @@ from gpupool.control.services.nodes import NodeView as NodeInfo
 from gpupool.control.services.tenants import Standing
 from gpupool.control.services.users import IssuedToken, TokenInfo
 from gpupool.domain.jobs import Job
+from gpupool.domain.mail import shown_mail_user
 from gpupool.domain.nodes import Device
 from gpupool.domain.pools import Pool
 from gpupool.domain.tenants import PriorityClass, Quota, Tenant
@@ -74,6 +75,10 @@ def job_view(
         time_min_s=spec.time_min_s,
         constraint=spec.constraint.text if spec.constraint is not None else None,
         pty=spec.pty is not None,
+        requeue=spec.requeue.value,
+        max_restarts=spec.max_restarts,
+        mail_type=list(spec.mail_type),
+        mail_user=shown_mail_user(spec.mail_user) if spec.mail_user is not None else None,
         pending_reason=detail.pending_reason if detail else None,
         estimated_start=detail.estimated_start if detail else None,
         nodes=list(detail.nodes) if detail else [],

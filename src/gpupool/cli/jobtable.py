@@ -63,7 +63,7 @@ class Row:
         if name.startswith("__"):
             raise AttributeError(name)
         value = self.DEFAULTS.get(name)
-        return [] if name in ("nodes", "slices", "nodelist", "exclude") else value
+        return [] if name in ("nodes", "slices", "nodelist", "exclude", "mail_type") else value
 
 
 def rows(data: list[dict[str, Any]]) -> list[Any]:
@@ -196,12 +196,14 @@ def queue_order(j: JobView) -> tuple[int, float, str]:
 
 
 def detail_rows(job: JobView, now: float) -> list[tuple[str, str]]:
-    """``show``'s fields, as (key, value) lines."""
+    """``show``'s fields, as (key, value) lines: Slurm's ``scontrol show job`` in words, a
+    field a job does not use left out (no array task, no ``--begin``, no ``--constraint``...)."""
     command = " ".join(job.command) if job.command else f"sh -c {job.script!r}"
     limit = format_duration(job.time_limit_s) if job.time_limit_s is not None else "pool default"
-    rows: list[tuple[str, str]] = [
-        ("JobId", job.id),
-        ("Name", job.name),
+    rows: list[tuple[str, str]] = [("JobId", job.id), ("Name", job.name)]
+    if job.array_id is not None:
+        rows.append(("Array task", f"{job.array_id}_{job.array_index}"))
+    rows += [
         ("State", f"{job.state} ({job.state_code})" + (" held" if job.held else "")),
         ("User / Tenant", f"{job.user} / {job.tenant}"),
         ("Pool", job.pool),
@@ -211,22 +213,14 @@ def detail_rows(job: JobView, now: float) -> list[tuple[str, str]]:
             gpu_slice(job) + (" (gang: all replicas start together)" if job.replicas > 1 else ""),
         ),
         ("Preemptible", "yes" if job.preemptible else "no"),
-        ("Isolation", job.isolation or DASH),
-        ("Command", command),
-        ("Time limit", limit),
-        ("Submitted", f"{when(job.submit_time)} ({ago(job.submit_time, now)})"),
-        ("Started", when(job.start_time)),
-        ("Ended", when(job.end_time)),
-        ("Elapsed", elapsed(job, now)),
-        ("Restarts", str(job.restart_count)),
-        ("Exit code", exit_code(job)),
-        ("Nodes", ",".join(job.nodes) or DASH),
     ]
+    if job.requeue is not None:  # an older server does not say
+        rows.append(("Requeue", f"{job.requeue} (at most {job.max_restarts} restarts)"))
+    rows.append(("Isolation", job.isolation or DASH))
     if job.memory_oversubscription == "spill" or job.spilled_bytes:  # the pool's choice (shim)
         spilled = format_memory(-(-job.spilled_bytes // (1 << 20))) if job.spilled_bytes else "none"
-        rows.insert(9, ("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
-    if job.dependency:
-        rows.append(("Dependency", job.dependency))
+        rows.append(("Oversubscription", f"{job.memory_oversubscription}; spilled: {spilled}"))
+    rows += _placement_rows(job)
     c = job.container
     if c is not None:  # submit --image: the image and what the job adds to it
         extra = [
@@ -234,15 +228,58 @@ def detail_rows(job: JobView, now: float) -> list[tuple[str, str]]:
             f"workdir {c.workdir}" if c.workdir else "",
         ]
         extra += [f"mount {m}" for m in c.mounts or ()] + [f"env {k}" for k in sorted(c.env or {})]
-        rows.insert(
-            rows.index(("Command", command)), ("Image", "; ".join([c.image, *filter(None, extra)]))
-        )
+        rows.append(("Image", "; ".join([c.image, *filter(None, extra)])))
+    rows.append(("Command", command))
+    rows += _io_rows(job)
+    rows.append(("Time limit", limit))
+    if job.time_min_s is not None:
+        rows.append(("Time min", format_duration(job.time_min_s)))
+    rows.append(("Submitted", f"{when(job.submit_time)} ({ago(job.submit_time, now)})"))
+    if job.eligible_time > job.submit_time + 0.5:  # --begin (or a hold's release): not before
+        rows.append(("Begin", f"{when(job.eligible_time)} ({ago(job.eligible_time, now)})"))
+    rows += [
+        ("Started", when(job.start_time)),
+        ("Ended", when(job.end_time)),
+        ("Elapsed", elapsed(job, now)),
+        ("Restarts", str(job.restart_count)),
+        ("Exit code", exit_code(job)),
+        ("Nodes", ",".join(job.nodes) or DASH),
+    ]
+    if job.dependency:
+        rows.append(("Dependency", job.dependency))
     if job.state == "PENDING":
         rows.append(("Why pending", job.pending_reason or "waiting for the next scheduling cycle"))
         est = job.estimated_start
         rows.append(("Est. start", f"{when(est)} ({ago(est, now)})" if est else "unknown"))
     if job.reason:
         rows.append(("Last reason", job.reason))
+    return rows
+
+
+def _placement_rows(job: JobView) -> list[tuple[str, str]]:
+    """Where it may run: ``--constraint``, ``--nodelist``, ``--exclude`` (those given)."""
+    rows = []
+    if job.constraint:
+        rows.append(("Constraint", job.constraint))
+    if job.nodelist:
+        rows.append(("Node list", ",".join(job.nodelist)))
+    if job.exclude:
+        rows.append(("Exclude", ",".join(job.exclude)))
+    return rows
+
+
+def _io_rows(job: JobView) -> list[tuple[str, str]]:
+    """Its terminal (``run --pty``), ``-o``/``--error`` patterns and ``--mail-type`` notices."""
+    rows = []
+    if job.pty:
+        rows.append(("Terminal", "yes (run --pty)"))
+    if job.output:
+        rows.append(("Output", job.output))
+    if job.error or job.output:
+        rows.append(("Error", job.error or f"{job.output} (with the output)"))
+    if job.mail_type:
+        to = job.mail_user or "the server's webhook"
+        rows.append(("Mail", f"{','.join(job.mail_type)} to {to}"))
     return rows
 
 

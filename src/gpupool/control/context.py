@@ -28,7 +28,7 @@ from gpupool.control.machinery.clock import Clock, SystemClock
 from gpupool.control.machinery.orders import ORDER_NODES, OrderBoard, bump_versions
 from gpupool.control.machinery.reportbook import ReportBook
 from gpupool.control.machinery.settled import SettledNodes
-from gpupool.control.notify import NOTICES, Notifier
+from gpupool.control.notify import NOTICES_CHANNEL, Notifier, stage
 from gpupool.control.services.auth import PrincipalCache
 from gpupool.control.services.catalog import Catalog
 from gpupool.control.settings import ServerSettings
@@ -89,7 +89,8 @@ class ControlPlane:
         # In-memory copies for the hot path; services that change what they hold clear them.
         self.principals = PrincipalCache(settings.auth_cache_s)
         self.catalog = Catalog(settings.catalog_cache_s)
-        self.notifier = Notifier(settings)  # --mail-type notices, sent off the request path
+        # --mail-type notices: staged in the moving transaction, sent by the notifier's thread
+        self.notifier = Notifier(settings, self.tx)
 
     @property
     def sqlite(self) -> bool:
@@ -120,6 +121,7 @@ class ControlPlane:
         # SQLite has one writer at a time; queueing writers on a lock here is fairer and much
         # faster than letting them spin in SQLite's busy handler (which sleeps up to 100 ms).
         gate = self._write_gate if self.sqlite and not read_only else contextlib.nullcontext()
+        staged = False
         try:
             with gate, factory() as session:
                 with session.begin():
@@ -127,13 +129,15 @@ class ControlPlane:
                     if not read_only:
                         bump_versions(session)  # other processes learn of the new orders
                         self._publish(session)
+                        staged = stage(session, self.settings.mail_webhook)  # --mail-type
+                        if staged and not self.sqlite:  # other replicas' senders look too
+                            send(session, NOTICES_CHANNEL, self.origin)
                 # committed: agents waiting for these nodes' orders may fetch them now
                 nodes = session.info.pop(ORDER_NODES, None)
                 if nodes:
                     self.orders.announce(nodes)
-                notices = session.info.pop(NOTICES, None)
-                if notices:  # --mail-type: queued for the notifier's thread, never sent here
-                    self.notifier.post(notices)
+                if staged:  # --mail-type: the notifier's thread sends them, never this one
+                    self.notifier.wake()
         except (OperationalError, DBAPIError, PoolTimeout) as exc:
             if is_db_down(exc):
                 detail = type(exc.orig).__name__ if isinstance(exc, DBAPIError) else "timeout"
@@ -154,6 +158,10 @@ class ControlPlane:
         if notice is not None and notice[0] != self.origin:
             self.orders.announce(notice[1])
 
+    def _notices(self, payload: str) -> None:
+        if payload != self.origin:
+            self.notifier.wake()
+
     def _woken(self, payload: str) -> None:
         if payload != self.origin and self.epoch > 0:
             self.poke()
@@ -168,10 +176,17 @@ class ControlPlane:
     def start_listening(self) -> Listener | None:
         """PostgreSQL: listen for the orders other processes commit (a thread of its own,
         until :meth:`stop_listening`), which wake this process's long polls for their nodes,
-        and, while this process leads, for other processes' wake-ups of its loop."""
+        and, while this process leads, for other processes' wake-ups of its loop; and for the
+        notices other processes commit, which wake this process's notifier. Starts the
+        notifier (on SQLite too)."""
+        self.notifier.start()
         if self.sqlite or self._listener is not None:
             return self._listener
-        handlers = {ORDERS_CHANNEL: self._heard, WAKE_CHANNEL: self._woken}
+        handlers = {
+            ORDERS_CHANNEL: self._heard,
+            WAKE_CHANNEL: self._woken,
+            NOTICES_CHANNEL: self._notices,
+        }
         self._listener = Listener(self.settings.database_url, handlers)
         self._listener.start()
         return self._listener

@@ -1,27 +1,40 @@
 """Job notifications (sbatch ``--mail-type`` / ``--mail-user``): e-mail or webhook, sent off the
-scheduling path.
+scheduling path, kept in the store until sent ("nothing acknowledged is ever lost").
 
 How a notice travels:
 
 1. **noted** in the transaction that moves the job: :func:`note`, called by
    :func:`gpupool.control.machinery.jobstate.move` for every transition, keeps a
    :class:`Notice` in ``session.info`` when the job asked for this moment
-   (:func:`gpupool.domain.mail.mail_event`). Nothing is sent from inside a transaction.
-2. **handed over** after the commit: :meth:`gpupool.control.context.ControlPlane.tx` gives the
-   transaction's notices to :meth:`Notifier.post` (a rolled-back move tells nothing). Notices of
-   one job in one transaction are merged: an end followed by its requeue is told as the requeue.
-   ``post`` never blocks: the notices go on an in-memory queue (at most ``MAX_QUEUED``; beyond
-   that a notice is dropped, logged and counted as failed).
-3. **sent** by one worker thread per server process: an e-mail through the server's SMTP host
-   (``--smtp-host``, ``--smtp-port``, ``--smtp-from``, ``--smtp-starttls``) to a ``--mail-user``
-   address, or a JSON POST to the ``--mail-user`` URL (else the server's ``--mail-webhook``). A
-   failed send is retried with a doubling backoff (1 s, 2 s, 4 s, ... ``MAX_BACKOFF_S``) up to
-   ``ATTEMPTS`` times, then dropped; every outcome is logged and counted in
+   (:func:`gpupool.domain.mail.mail_event`). Notices of one job in one transaction are merged:
+   an end followed by its requeue is told as the requeue.
+2. **staged** in that same transaction, just before it commits:
+   :meth:`gpupool.control.context.ControlPlane.tx` calls :func:`stage`, which writes the
+   transaction's notices to the outbox table ``notices`` in one INSERT
+   (:mod:`gpupool.control.outbox`). They exist if and only if the job's move committed: a
+   rolled-back move tells nothing, and a server killed right after the commit loses nothing.
+   A notice with no ``--mail-user`` is addressed to the server's ``--mail-webhook`` here.
+3. **woken**: after the commit, ``tx`` wakes this process's sender (:meth:`Notifier.wake`); on
+   PostgreSQL the transaction also sends its origin on :data:`NOTICES_CHANNEL` (delivered on
+   commit), which wakes the senders of the other replicas (:mod:`gpupool.store.notify`).
+4. **sent** by one sender thread per server process (:class:`Notifier`, started with the
+   server): it claims due rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two replicas
+   never both send one; SQLite has one writer), sends each outside any transaction, and
+   deletes it once sent. An e-mail goes through the server's SMTP host (``--smtp-host``,
+   ``--smtp-port``, ``--smtp-from``, ``--smtp-starttls``) to a ``--mail-user`` address; a
+   webhook gets a JSON POST to the ``--mail-user`` URL (else the server's ``--mail-webhook``).
+   A failed send is put back with a doubling backoff (1 s, 2 s, 4 s, ... ``MAX_BACKOFF_S``) up
+   to ``ATTEMPTS`` times, then deleted; every outcome is logged and counted in
    ``gpupool_notifications_total{channel, outcome}`` (``sent``, ``retried``, ``failed``).
+5. **resumed**: a server that starts sends what the outbox holds. Rows claimed by a process
+   that died are sent again: at once when it ran on this host (a server killed mid-send and
+   restarted), else when its claim's lease ends (``outbox.LEASE_S``).
 
-Notices are kept in memory only: a server stopped with notices queued loses them (logged at
-close). :func:`check_submit` refuses at submit what could never be sent (an address with no SMTP
-host, mail types with nowhere to go), naming the setting to change.
+Idle, the sender sleeps until woken or until the next retry is due: no polling. Delivery is at
+least once: a send that reached the receiver when its server died before deleting the row is
+sent again (same ``job_id``, ``event`` and ``time``: a receiver may drop the repeat).
+:func:`check_submit` refuses at submit what could never be sent (an address with no SMTP host,
+mail types with nowhere to go), naming the setting to change.
 
 The webhook's body: ``{"job_id", "name", "user", "tenant", "event", "state", "exit_code",
 "signal", "reason", "time"}`` (``event`` is the mail type: BEGIN, END, FAIL or REQUEUE).
@@ -29,19 +42,19 @@ The webhook's body: ``{"job_id", "name", "user", "tenant", "event", "state", "ex
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import smtplib
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
 from email.message import EmailMessage
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gpupool.control import outbox
 from gpupool.control.settings import ServerSettings
 from gpupool.domain.jobs import Job, JobSpec
 from gpupool.domain.mail import is_webhook, mail_event
@@ -52,11 +65,14 @@ log = logging.getLogger("gpupool.notify")
 
 #: ``session.info`` key of the notices a transaction made.
 NOTICES = "gpupool.notices"
+#: The PostgreSQL channel a server announces its committed notices on (payload: its origin).
+NOTICES_CHANNEL = "gpupool_notices"
 ATTEMPTS = 6
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
-MAX_QUEUED = 10_000
 SEND_TIMEOUT_S = 10.0
+#: The sender's shortest sleep when a due row is held by another process's claim transaction.
+IDLE_FLOOR_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -154,66 +170,125 @@ def _when(job: Job, event: str) -> float:
 
 
 Sender = Callable[[Notice], None]
+#: Opens a transaction on the store (:meth:`gpupool.control.context.ControlPlane.tx`).
+Transactions = Callable[[], AbstractContextManager[Session]]
+
+
+def stage(session: Session, webhook: str | None) -> bool:
+    """Write the notices :func:`note` kept in ``session`` to the outbox, in its transaction
+    (one INSERT); a notice with no ``to`` goes to ``webhook``. True when any was written."""
+    notices: list[Notice] = session.info.pop(NOTICES, None) or []
+    rows: list[dict[str, Any]] = []
+    for notice in notices:
+        to = notice.to or webhook
+        if to is None:  # refused at submit; the setting went since
+            log.warning("notification of job %s: nowhere to send", notice.job_id)
+            continue
+        rows.append({"job_id": notice.job_id, "recipient": to, "body": notice.payload()})
+    if rows:
+        outbox.stage(session, rows, time.time())
+    return bool(rows)
 
 
 class Notifier:
-    """The queue and worker thread of one server process (see the module docstring)."""
+    """The sender thread of one server process (see the module docstring): claims due rows of
+    the outbox, sends them, deletes them or puts them back for a retry, and sleeps until woken
+    (:meth:`wake`) or until the next row is due."""
 
-    def __init__(self, settings: ServerSettings, *, send: Sender | None = None) -> None:
+    def __init__(
+        self, settings: ServerSettings, tx: Transactions, *, send: Sender | None = None
+    ) -> None:
         self.settings = settings
+        self.owner = outbox.owner_name()
+        self._tx = tx
         self._send = send or self._deliver
-        self._heap: list[tuple[float, int, int, Notice]] = []  # (due, seq, attempt, notice)
-        self._seq = itertools.count()
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._woken = False
         self._closed = False
+        self._thread: threading.Thread | None = None
 
-    def post(self, notices: Sequence[Notice]) -> None:
-        """Queue ``notices`` for sending; never blocks on the network."""
-        now = time.monotonic()
-        webhook = self.settings.mail_webhook
+    def start(self) -> None:
+        """Start the sender: it first sends what the store holds (a restart resumes)."""
         with self._cond:
-            for notice in notices:
-                if not notice.to:
-                    if webhook is None:  # refused at submit; the setting went since
-                        log.warning("notification of job %s: nowhere to send", notice.job_id)
-                        continue
-                    notice = replace(notice, to=webhook)  # noqa: PLW2901
-                if len(self._heap) >= MAX_QUEUED or self._closed:
-                    log.warning("notification of job %s dropped: queue full", notice.job_id)
-                    NOTIFICATIONS.labels(notice.channel, "failed").inc()
-                    continue
-                heapq.heappush(self._heap, (now, next(self._seq), 1, notice))
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="notify", daemon=True)
-                self._thread.start()
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._run, name="notify", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        """New rows were committed (here, or by another replica): look now. Never blocks."""
+        with self._cond:
+            self._woken = True
             self._cond.notify()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker after what is due now is sent (``timeout`` at most)."""
+        """Stop the sender after the send in progress (``timeout`` at most); what is left stays
+        in the outbox for the next start or another replica."""
         with self._cond:
             self._closed = True
             self._cond.notify()
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
-        if self._heap:
-            log.warning("%d notifications not sent: the server stopped", len(self._heap))
+        if thread is None or not thread.is_alive():  # a send still under way keeps its claims
+            outbox.retire(self.owner)
 
     def _run(self) -> None:
+        try:
+            with self._tx() as session:
+                freed = outbox.release_dead(session, time.time())
+            if freed:
+                log.info("%d notifications claimed by a process that died: sent again", freed)
+        except Exception as exc:  # the store is down: its claims expire by themselves
+            log.warning("could not look for notifications of dead processes: %s", exc)
+        trouble = FIRST_BACKOFF_S
         while True:
             with self._cond:
-                while True:
-                    if self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                        return
-                    if self._heap and self._heap[0][0] <= time.monotonic():
-                        _, _, attempt, notice = heapq.heappop(self._heap)
-                        break
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
-            self._attempt(notice, attempt)
+                if self._closed:
+                    return
+                self._woken = False
+            try:
+                if self._round():
+                    trouble = FIRST_BACKOFF_S
+                    continue  # there may be more
+                with self._tx() as session:
+                    due = outbox.next_due(session)
+                trouble = FIRST_BACKOFF_S
+            except Exception as exc:  # the store is down or busy: try again later
+                log.warning("notifications: %s; trying again in %gs", exc, trouble)
+                due = time.time() + trouble
+                trouble = min(trouble * 2, MAX_BACKOFF_S)
+            with self._cond:
+                if self._woken or self._closed:
+                    continue
+                # a row due but not claimable is another process's, in its claim transaction
+                self._cond.wait(None if due is None else max(due - time.time(), IDLE_FLOOR_S))
 
-    def _attempt(self, notice: Notice, attempt: int) -> None:
+    def _round(self) -> bool:
+        """Claim and send one batch; False when nothing was due."""
+        with self._tx() as session:
+            batch = outbox.claim(session, self.owner, time.time())
+        for i, row in enumerate(batch):
+            if self._closed:  # stopping: the rest goes back to the outbox, untried
+                with self._tx() as session:
+                    for rest in batch[i:]:
+                        outbox.retry(session, self.owner, rest.id, rest.attempts, 0.0)
+                return True
+            self._attempt(row)
+        return bool(batch)
+
+    def _attempt(self, row: outbox.Claimed) -> None:
+        try:
+            notice = Notice(**row.body, to=row.recipient)
+        except TypeError as exc:  # a row this release cannot read: dropped, not retried forever
+            log.error("notification row %d unreadable, dropped: %s (%r)", row.id, exc, row.body)
+            with self._tx() as session:
+                outbox.done(session, self.owner, row.id)
+            NOTIFICATIONS.labels(
+                "webhook" if is_webhook(row.recipient) else "email", "failed"
+            ).inc()
+            return
+        attempt = row.attempts + 1
         try:
             self._send(notice)
         except Exception as exc:  # any failure of the network or the receiver: retry
@@ -222,17 +297,19 @@ class Notifier:
                     "notification %s of job %s to %s failed %d times, dropped: %s",
                     notice.event, notice.job_id, notice.to, attempt, exc,
                 )  # fmt: skip
+                with self._tx() as session:
+                    outbox.done(session, self.owner, row.id)
                 NOTIFICATIONS.labels(notice.channel, "failed").inc()
                 return
             backoff = min(FIRST_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S)
             log.info("notification of job %s to %s: %s; retry in %gs", notice.job_id,
                      notice.to, exc, backoff)  # fmt: skip
+            with self._tx() as session:
+                outbox.retry(session, self.owner, row.id, attempt, time.time() + backoff)
             NOTIFICATIONS.labels(notice.channel, "retried").inc()
-            with self._cond:
-                due = time.monotonic() + backoff
-                heapq.heappush(self._heap, (due, next(self._seq), attempt + 1, notice))
-                self._cond.notify()
             return
+        with self._tx() as session:
+            outbox.done(session, self.owner, row.id)
         NOTIFICATIONS.labels(notice.channel, "sent").inc()
 
     def _deliver(self, notice: Notice) -> None:

@@ -89,6 +89,16 @@ def parse_mail_user(value: object) -> str:
     return text
 
 
+def shown_mail_user(user: str) -> str:
+    """``user`` as job views show it: an address whole; a webhook URL cut to its scheme and
+    host (``https://hooks.example.org/...``), since its path often is its secret."""
+    if not is_webhook(user):
+        return user
+    parts = urlsplit(user)
+    rest = "/..." if (parts.path not in ("", "/") or parts.query) else ""
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{rest}"
+
+
 def mail_event(types: tuple[str, ...], state: JobState) -> str | None:
     """The type to tell for a job entering ``state``, or ``None`` (see the module docstring)."""
     if not types:

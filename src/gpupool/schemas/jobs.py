@@ -165,6 +165,14 @@ class JobView(WireModel):
     time_min_s: float | None = None
     constraint: str | None = None
     pty: bool = False
+    # sbatch --requeue / --max-restarts: when it goes back to the queue (never, on-preemption,
+    # on-failure; None: an older server's answer), and how many restarts at most
+    requeue: str | None = None
+    max_restarts: int | None = None
+    # sbatch --mail-type / --mail-user: the moments told, and to whom (an address, or a webhook
+    # cut to its scheme and host: its path is often its secret; None: the server's webhook)
+    mail_type: list[str] = Field(default_factory=list)
+    mail_user: str | None = None
 
 
 class SubmitJobResponse(WireModel):

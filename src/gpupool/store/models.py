@@ -353,3 +353,25 @@ class UploadModel(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float, index=True)
     data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+
+
+class NoticeModel(Base):
+    """One ``--mail-type`` notice waiting to be sent: the outbox (see control/notify.py).
+
+    Written in the transaction that moved the job, deleted once sent or finally failed.
+    ``due``: wall-clock epoch seconds of the next attempt (0 = at once). ``claimed_by``: the
+    server process sending it now (``None``: nobody), until ``claimed_until`` (epoch seconds;
+    past it, any process may claim it again). ``attempts``: sends tried so far."""
+
+    __tablename__ = "notices"
+    __table_args__ = (Index("ix_notices_due", "due"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    recipient: Mapped[str] = mapped_column(Text)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    due: Mapped[float] = mapped_column(Float, default=0.0)
+    claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    claimed_until: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float)
