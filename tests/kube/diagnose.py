@@ -13,7 +13,8 @@ and goes on, so that it never hides the failure it is explaining.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from tests.kube.cluster import ControlPlane
@@ -83,11 +84,13 @@ def _claim_lines(plane: ControlPlane, namespace: str, name: str) -> list[str]:
     return lines or ["  (no claims in the namespace: the controller manager made none yet)"]
 
 
-def _log_lines(plane: ControlPlane, namespace: str, name: str) -> list[str]:
+def _log_lines(
+    plane: ControlPlane, namespace: str, name: str, logs: Mapping[str, Path]
+) -> list[str]:
     needle = f"{namespace}/{name}"
     lines = []
-    for component in LOGGED:
-        text = plane.log(component).read_text(errors="replace").splitlines()
+    for component, path in {**{c: plane.log(c) for c in LOGGED}, **logs}.items():
+        text = path.read_text(errors="replace").splitlines()
         # ``namespace/name`` also finds its claims' lines: they are named ``<pod>-<claim>-...``.
         hits = [line for line in text if needle in line]
         lines.append(f"  {component} log, {len(hits)} lines naming it, the last {LOG_LINES}:")
@@ -95,13 +98,16 @@ def _log_lines(plane: ControlPlane, namespace: str, name: str) -> list[str]:
     return lines
 
 
-def pod_report(plane: ControlPlane, namespace: str, name: str) -> str:
-    """Everything the cluster says about why pod ``namespace/name`` is where it is."""
+def pod_report(
+    plane: ControlPlane, namespace: str, name: str, *, logs: Mapping[str, Path] | None = None
+) -> str:
+    """Everything the cluster says about why pod ``namespace/name`` is where it is; ``logs``:
+    more logs that name pods as ``namespace/name`` (the bridge's), by the name to show."""
     lines = [f"pod {namespace}/{name}:"]
     lines += _guarded("the pod", lambda: _pod_lines(plane, namespace, name))
     lines += _guarded("its events", lambda: _event_lines(plane, namespace, name))
     lines += _guarded("the namespace's claims", lambda: _claim_lines(plane, namespace, name))
-    lines += _guarded("the logs", lambda: _log_lines(plane, namespace, name))
+    lines += _guarded("the logs", lambda: _log_lines(plane, namespace, name, logs or {}))
     return "\n".join(lines)
 
 
@@ -109,10 +115,17 @@ def pods_report(plane: ControlPlane, namespace: str, names: Iterable[str]) -> st
     return "\n".join(pod_report(plane, namespace, n) for n in names)
 
 
-def wait_running(plane: ControlPlane, namespace: str, name: str, what: str | None = None) -> str:
+def wait_running(
+    plane: ControlPlane,
+    namespace: str,
+    name: str,
+    what: str | None = None,
+    *,
+    logs: Mapping[str, Path] | None = None,
+) -> str:
     """The node of pod ``name`` once kwok reports it Running; on timeout, why it is not."""
     return wait_for(
         lambda: running_on(plane.client, namespace, name),
         what or f"{namespace}/{name} running",
-        explain=lambda: pod_report(plane, namespace, name),
+        explain=lambda: pod_report(plane, namespace, name, logs=logs),
     )
