@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ STAGES = Path(__file__).with_name("kwok-stages.yaml")
 #: The control plane's components are heavy Go binaries; on a loaded 2-core machine the API
 #: server alone takes a minute or more to serve its first /readyz.
 START_FAILSAFE_S = 420.0
+#: How long a component may take to stop on SIGTERM before it is killed.
+STOP_GRACE_S = 30.0
 
 
 def find_binaries() -> Path | str:
@@ -239,14 +240,15 @@ class ControlPlane:
         self._wait("kwok", lambda: "Watch nodes" in self._text("kwok"))
 
     def stop(self) -> None:
+        """Each component in the reverse of its start, each gone before the next is told: the
+        API server's graceful shutdown still writes to etcd (its lease), and with etcd stopped
+        under it, it hung until killed (30 s of every session's teardown)."""
         for name in reversed(list(self.procs)):
             proc = self.procs[name]
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for proc in self.procs.values():
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

@@ -17,7 +17,8 @@ from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import device_class
 from gpupool.runtime.shim import job_env
 from tests.kube.cluster import ControlPlane
-from tests.kube.objects import claim_pod, example, pod_claim, running_on, wait_for
+from tests.kube.diagnose import wait_running
+from tests.kube.objects import claim_pod, example, pod_claim
 from tests.shim.helpers import Natives
 
 #: The context reserve the tests' plugin charges per process and GPU (bytes).
@@ -94,7 +95,7 @@ def scheduled_claim(
     client.create(
         f"/api/v1/namespaces/{namespace}/pods", claim_pod("app", namespace, template, node)
     )
-    wait_for(lambda: running_on(client, namespace, "app"), "the pod running")
+    wait_running(plane, namespace, "app", "the pod running")
     claim = pod_claim(client, namespace, "app")
     assert claim is not None
     return claim

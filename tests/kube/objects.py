@@ -21,8 +21,17 @@ WAIT_S = 420.0
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T | None], what: str, *, timeout_s: float = WAIT_S) -> T:
-    """Polls ``probe`` until it returns a true value; a failsafe deadline, not a speed test."""
+def wait_for(
+    probe: Callable[[], T | None],
+    what: str,
+    *,
+    timeout_s: float = WAIT_S,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Polls ``probe`` until it returns a true value; a failsafe deadline, not a speed test.
+
+    ``explain``: what the cluster says about why it was not reached (``diagnose.pod_report``),
+    added to the failure, so that a wait that times out on a loaded machine says why."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None
     while time.monotonic() < deadline:
@@ -30,7 +39,8 @@ def wait_for(probe: Callable[[], T | None], what: str, *, timeout_s: float = WAI
         if last:
             return last
         time.sleep(0.25)
-    raise AssertionError(f"{what}: not reached after {timeout_s:.0f} s (last: {last!r})")
+    why = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"{what}: not reached after {timeout_s:.0f} s (last: {last!r}){why}")
 
 
 def example(name: str, namespace: str | None = None) -> dict[str, Any]:

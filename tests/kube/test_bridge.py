@@ -27,7 +27,8 @@ from gpupool.kube.slices import DRIVER
 from tests.e2e.pool import PY
 from tests.kube.brains import Brains
 from tests.kube.cluster import ControlPlane
-from tests.kube.objects import condition, example, pod, pod_claim, running_on, wait_for
+from tests.kube.diagnose import wait_running
+from tests.kube.objects import condition, example, pod, pod_claim, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -96,6 +97,13 @@ def job_of(plane: ControlPlane, namespace: str, name: str) -> str:
     return wait_for(annotated, f"pod {name} submitted to gpupool")
 
 
+def runs(brains: Brains, plane: ControlPlane, namespace: str, name: str) -> str:
+    """The pod's node once it runs; on timeout, why not (with the bridge's log lines on it)."""
+    return wait_running(
+        plane, namespace, name, f"{namespace}/{name} runs", logs={"bridge": brains.log}
+    )
+
+
 def gpupool_reason(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     c = condition(pod(plane.client, namespace, name), "PodScheduled")
     if c and c.get("status") == "False" and "gpupool:" in str(c.get("message")):
@@ -116,7 +124,7 @@ def test_pods_of_two_namespaces_run_as_gpupool_jobs_and_usage_is_per_namespace(
         create_pods(control_plane, ns, gpupool_pod("train", ns, node))
     jobs = {}
     for ns in (namespace, other_namespace):
-        assert wait_for(lambda n=ns: running_on(client, n, "train"), f"{ns}/train runs") == node
+        assert runs(brains, control_plane, ns, "train") == node
         claim = pod_claim(client, ns, "train")
         assert claim is not None
         (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -176,7 +184,7 @@ def test_a_namespace_over_its_quota_waits_with_gpupools_reason_on_the_pod(
         json={"guaranteed_milli": 500, "limit_milli": 500},
     ).raise_for_status()
     create_pods(control_plane, namespace, gpupool_pod("a", namespace, node))
-    assert wait_for(lambda: running_on(client, namespace, "a"), "a runs") == node
+    assert runs(brains, control_plane, namespace, "a") == node
     # The GPU has room for a second half; the namespace's quota has not.
     create_pods(control_plane, namespace, gpupool_pod("b", namespace, node))
 
@@ -199,7 +207,7 @@ def test_a_namespace_over_its_quota_waits_with_gpupools_reason_on_the_pod(
     assert any(e["reason"] == "GpupoolPending" for e in events), events
 
     client.delete(f"/api/v1/namespaces/{namespace}/pods/a")
-    assert wait_for(lambda: running_on(client, namespace, "b"), "b runs once a is gone") == node
+    assert runs(brains, control_plane, namespace, "b") == node
 
 
 def test_a_pod_gpupool_cannot_take_is_told_why_and_taken_once_fixed(
@@ -210,7 +218,7 @@ def test_a_pod_gpupool_cannot_take_is_told_why_and_taken_once_fixed(
     orphan = gpupool_pod("orphan", namespace, node)
     orphan["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "later"}]
     create_pods(control_plane, namespace, orphan, gpupool_pod("fine", namespace, node))
-    assert wait_for(lambda: running_on(client, namespace, "fine"), "fine runs") == node
+    assert runs(brains, control_plane, namespace, "fine") == node
 
     def refused() -> dict[str, Any] | None:
         c = condition(pod(client, namespace, "orphan"), "PodScheduled")
@@ -228,7 +236,7 @@ def test_a_pod_gpupool_cannot_take_is_told_why_and_taken_once_fixed(
     client.create(claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                            "metadata": {"name": "later", "namespace": namespace},
                            "spec": template["spec"]["spec"]})  # fmt: skip
-    assert wait_for(lambda: running_on(client, namespace, "orphan"), "orphan runs") == node
+    assert runs(brains, control_plane, namespace, "orphan") == node
 
 
 class PodWatch:
@@ -272,7 +280,7 @@ def test_a_higher_priority_pod_preempts_a_lower_one_evicted_with_its_grace(
     create_pods(control_plane, namespace, *(gpupool_pod(n, namespace, node, **low)
                                             for n in ("low1", "low2")))  # fmt: skip
     for name in ("low1", "low2"):
-        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} runs") == node
+        assert runs(brains, control_plane, namespace, name) == node
     lows = {n: job_of(control_plane, namespace, n) for n in ("low1", "low2")}
     watch = PodWatch(control_plane, namespace)
     try:
@@ -280,7 +288,7 @@ def test_a_higher_priority_pod_preempts_a_lower_one_evicted_with_its_grace(
         wait_for(lambda: sum(k == "ADDED" for k, _ in list(watch.seen)) >= 2, "the pod watch")
         create_pods(control_plane, namespace,
                     gpupool_pod("high", namespace, node, priorityClassName="high"))  # fmt: skip
-        assert wait_for(lambda: running_on(client, namespace, "high"), "high runs") == node
+        assert runs(brains, control_plane, namespace, "high") == node
         high = job_of(control_plane, namespace, "high")
         assert brains.job(high)["priority_class"] == "high"
         # The first change that marks a pod deleted carries the eviction's grace (kwok, with
@@ -312,13 +320,13 @@ def test_a_killed_bridge_restarts_from_the_pods_and_carries_on(
     client = control_plane.client
     node = brains.gpu_node()
     create_pods(control_plane, namespace, gpupool_pod("before", namespace, node))
-    assert wait_for(lambda: running_on(client, namespace, "before"), "before runs") == node
+    assert runs(brains, control_plane, namespace, "before") == node
     before = job_of(control_plane, namespace, "before")
     brains.pool.wait_state(before, "RUNNING", timeout=120)
 
     brains.restart_bridge()
     create_pods(control_plane, namespace, gpupool_pod("after", namespace, node))
-    assert wait_for(lambda: running_on(client, namespace, "after"), "after runs") == node
+    assert runs(brains, control_plane, namespace, "after") == node
     after = brains.pool.wait_state(
         job_of(control_plane, namespace, "after"), "RUNNING", timeout=120
     )
@@ -348,10 +356,10 @@ def test_a_namespace_reclaims_its_guarantee_from_a_borrowing_one(
                 *(gpupool_pod(n, namespace, node, **borrow) for n in ("b1", "b2")))  # fmt: skip
     borrowers = {}
     for name in ("b1", "b2"):
-        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} runs") == node
+        assert runs(brains, control_plane, namespace, name) == node
         borrowers[name] = job_of(control_plane, namespace, name)
     create_pods(control_plane, other_namespace, gpupool_pod("owner", other_namespace, node))
-    assert wait_for(lambda: running_on(client, other_namespace, "owner"), "owner runs") == node
+    assert runs(brains, control_plane, other_namespace, "owner") == node
     owner = job_of(control_plane, other_namespace, "owner")
 
     def preempted() -> list[str]:

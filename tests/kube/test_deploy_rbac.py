@@ -29,7 +29,8 @@ import pytest
 from gpupool.kube.client import KubeClient
 from tests.kube.brains import Brains
 from tests.kube.cluster import ControlPlane
-from tests.kube.objects import pod_claim, running_on, wait_for
+from tests.kube.diagnose import wait_running
+from tests.kube.objects import pod_claim, wait_for
 from tests.kube.test_bridge import create_pods, gpupool_pod, job_of
 from tests.kube.test_deploy_base import BASE, NAMESPACE, render
 
@@ -203,7 +204,12 @@ def test_the_bridge_runs_with_its_account_alone(
         node = brains.gpu_node()  # lists Nodes and ResourceSlices, registers the node
         create_pods(control_plane, namespace, gpupool_pod("train", namespace, node))
         job = job_of(control_plane, namespace, "train")  # lists and annotates pods
-        assert wait_for(lambda: running_on(client, namespace, "train"), "train runs") == node
+        assert (
+            wait_running(
+                control_plane, namespace, "train", "train runs", logs={"bridge": brains.log}
+            )
+            == node
+        )
         claim = pod_claim(client, namespace, "train")
         assert claim is not None
         assert claim["status"]["allocation"]["devices"]["results"]  # the claim's status

@@ -18,13 +18,13 @@ from gpupool.kube.claims import quantity
 from gpupool.kube.publisher import SlicePublisher
 from gpupool.kube.slices import DRIVER, device_class, slice_name
 from tests.kube.cluster import ControlPlane
+from tests.kube.diagnose import pod_report, wait_running
 from tests.kube.objects import (
     claim_pod,
     condition,
     example,
     pod,
     pod_claim,
-    running_on,
     wait_for,
 )
 
@@ -68,7 +68,7 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
     for name in ("first", "second"):
         client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib", node))
     for name in ("first", "second"):
-        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
+        assert wait_running(control_plane, namespace, name) == node
 
     shares = []
     for name in ("first", "second"):
@@ -86,12 +86,15 @@ def test_half_gpu_claims_share_one_gpu_and_the_third_waits(
         c = condition(pod(client, namespace, "third"), "PodScheduled")
         return c if c and c.get("reason") == "Unschedulable" else None
 
-    reason = wait_for(unschedulable, "the third pod reported unschedulable")
+    reason = wait_for(
+        unschedulable, "the third pod reported unschedulable",
+        explain=lambda: pod_report(control_plane, namespace, "third"),
+    )  # fmt: skip
     assert "cannot allocate all claims" in reason["message"], reason
     assert pod(client, namespace, "third")["status"]["phase"] == "Pending"
 
     client.delete(f"{pods_path}/first", grace_period_s=0)
-    assert wait_for(lambda: running_on(client, namespace, "third"), "third running") == node
+    assert wait_running(control_plane, namespace, "third") == node
     claim = pod_claim(client, namespace, "third")
     assert claim is not None
     assert _allocation(claim)["device"] == "gpu-0"
@@ -110,7 +113,7 @@ def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
         client.create(templates, example(name, namespace))
     pods_path = f"/api/v1/namespaces/{namespace}/pods"
     client.create(pods_path, claim_pod("pair", namespace, "two-nvlinked-gpus", node))
-    assert wait_for(lambda: running_on(client, namespace, "pair"), "pair running") == node
+    assert wait_running(control_plane, namespace, "pair") == node
     claim = pod_claim(client, namespace, "pair")
     assert claim is not None
     results = claim["status"]["allocation"]["devices"]["results"]
@@ -122,7 +125,7 @@ def test_two_whole_nvlinked_gpus_are_taken_together_and_whole(
 
     # The pair took both A100s whole: a half-GPU claim can only go to the T4.
     client.create(pods_path, claim_pod("half", namespace, "half-gpu-10gib", node))
-    assert wait_for(lambda: running_on(client, namespace, "half"), "half running") == node
+    assert wait_running(control_plane, namespace, "half") == node
     half = pod_claim(client, namespace, "half")
     assert half is not None
     assert _allocation(half)["device"] == "gpu-0"
@@ -150,7 +153,7 @@ def test_an_unhealthy_gpu_is_tainted_and_the_scheduler_keeps_new_claims_off_it(
     for name in ("a", "b"):
         client.create(pods_path, claim_pod(name, namespace, "half-gpu-10gib", node))
     for name in ("a", "b"):
-        assert wait_for(lambda n=name: running_on(client, namespace, n), f"{name} running") == node
+        assert wait_running(control_plane, namespace, name) == node
         claim = pod_claim(client, namespace, name)
         assert claim is not None
         assert _allocation(claim)["device"] == "gpu-1"
@@ -162,4 +165,7 @@ def test_an_unhealthy_gpu_is_tainted_and_the_scheduler_keeps_new_claims_off_it(
         c = condition(pod(client, namespace, "c"), "PodScheduled")
         return c if c and c.get("reason") == "Unschedulable" else None
 
-    assert "cannot allocate all claims" in wait_for(unschedulable, "c unschedulable")["message"]
+    reason = wait_for(
+        unschedulable, "c unschedulable", explain=lambda: pod_report(control_plane, namespace, "c")
+    )
+    assert "cannot allocate all claims" in reason["message"], reason
