@@ -26,9 +26,10 @@ from sqlalchemy.orm import Session
 
 from tests.e2e.pool import PY, Pool, wait_for
 from tests.e2e.sinks import HookSink
-from tests.e2e.test_leader_lease import Replicas
+from tests.e2e.test_leader_lease import LEASE_ARGS
 from tests.e2e.test_notify import submit
 from tests.e2e.test_restart import _answers, _restart_server
+from tests.fleet.replicas import Replicas
 from tests.store.fixtures import db_url, pg_database
 
 __all__ = ["db_url", "pg_database"]
@@ -83,9 +84,10 @@ def test_an_end_notice_in_flight_when_the_server_is_killed_arrives_once_after_re
 
 @pytest.fixture
 def replicas(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, db_url)
+    pair = Replicas(tmp_path, db_url, LEASE_ARGS)
     try:
-        pair.start()
+        pair.start_servers()
+        pair.start_agent(pair.b)  # the agent knows only the standby
         yield pair
     finally:
         pair.close()
@@ -105,7 +107,9 @@ def test_two_replicas_send_each_notice_once(replicas: Replicas, db_url: str) -> 
                 "mail_user": hook.url,
             }
             jobs.append(str(pair.post(server, "/v1/jobs", {"spec": spec})["job"]["id"]))
-        wait_for(lambda: all(pair.state(j) == "COMPLETED" for j in jobs), 180, "the jobs to end")
+        wait_for(
+            lambda: all(pair.state(pair.b, j) == "COMPLETED" for j in jobs), 180, "the jobs to end"
+        )
         wait_for(lambda: len(hook.bodies) >= 2 * len(jobs), 120, "a BEGIN and an END per job")
         wait_for(lambda: _outbox(db_url) == 0, 60, "the outbox to be empty")
         time.sleep(2)  # a second send of any would come at once: give it the time to show
