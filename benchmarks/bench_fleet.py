@@ -205,8 +205,11 @@ async def submit_jobs(
     servers: list[Server], count: int, start: float, spread_s: float, submitted: dict[str, float]
 ) -> None:
     """Submit ``count`` jobs of the mix, evenly over ``spread_s`` seconds from ``start``, in
-    turn through each server (a job whose server does not answer in 10 s goes to the next)."""
+    turn through each server (a job whose server does not answer in 10 s goes to the next,
+    with the same idempotency key: a frozen server may have stored it before it stopped, and
+    without the key the retry made a second job, 103 jobs for 100 in one run)."""
     headers = {"Authorization": f"Bearer {servers[0].admin}"}
+    run = secrets.token_hex(4)
     conns = [Connection("127.0.0.1", s.port, headers) for s in servers]
     for i in range(count):
         await asyncio.sleep(max(0.0, start + spread_s * i / max(count, 1) - time.monotonic()))
@@ -220,7 +223,10 @@ async def submit_jobs(
             conn = conns[(i + k) % len(conns)]
             try:
                 status, body = await asyncio.wait_for(
-                    conn.request("POST", "/v1/jobs", {"spec": spec}), 10
+                    conn.request(
+                        "POST", "/v1/jobs", {"spec": spec, "idempotency_key": f"{run}-{i}"}
+                    ),
+                    10,
                 )
             except (TimeoutError, OSError, asyncio.IncompleteReadError):
                 conn.close()
