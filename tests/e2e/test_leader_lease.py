@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.store.models import AssignmentModel, LeaderModel
 from tests.e2e.pool import wait_for
-from tests.fleet.replicas import Replicas, leads
+from tests.fleet.replicas import Replicas, leads, running
 from tests.store.fixtures import db_url, pg_database
 
 __all__ = ["db_url", "pg_database"]
@@ -32,13 +32,8 @@ LEASE_ARGS = ("--leader-lease", str(LEASE_S), "--heartbeat", "0.5")
 def replicas(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
     """Two servers on ``db_url`` (a leader and a standby) and one agent that talks to the
     standby (tests/fleet/replicas.py)."""
-    pair = Replicas(tmp_path, db_url, LEASE_ARGS)
-    try:
-        pair.start_servers()
-        pair.start_agent(pair.b)  # the agent knows only the standby
+    with running(tmp_path, db_url, LEASE_ARGS) as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 def _assignments(url: str) -> list[tuple[str, int]]:

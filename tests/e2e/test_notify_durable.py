@@ -29,7 +29,7 @@ from tests.e2e.sinks import HookSink
 from tests.e2e.test_leader_lease import LEASE_ARGS
 from tests.e2e.test_notify import submit
 from tests.e2e.test_restart import _answers, _restart_server
-from tests.fleet.replicas import Replicas
+from tests.fleet.replicas import Replicas, running
 from tests.store.fixtures import db_url, pg_database
 
 __all__ = ["db_url", "pg_database"]
@@ -84,13 +84,8 @@ def test_an_end_notice_in_flight_when_the_server_is_killed_arrives_once_after_re
 
 @pytest.fixture
 def replicas(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, db_url, LEASE_ARGS)
-    try:
-        pair.start_servers()
-        pair.start_agent(pair.b)  # the agent knows only the standby
+    with running(tmp_path, db_url, LEASE_ARGS) as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 def test_two_replicas_send_each_notice_once(replicas: Replicas, db_url: str) -> None:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,18 @@ class Replicas:
         self.a.stop()
         self.b.stop()
         self.http.close()
+
+
+@contextlib.contextmanager
+def running(
+    root: Path, url: str, server_args: tuple[str, ...], *, agent_on: str = "b"
+) -> Iterator[Replicas]:
+    """Two servers on ``url`` started with ``server_args`` and one agent given the servers
+    ``agent_on`` names (``"b"``: the standby alone; ``"ab"``: both), all stopped at the end."""
+    pair = Replicas(root, url, server_args)
+    try:
+        pair.start_servers()
+        pair.start_agent(*(getattr(pair, which) for which in agent_on))
+        yield pair
+    finally:
+        pair.close()

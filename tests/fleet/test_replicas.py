@@ -24,7 +24,7 @@ import pytest
 
 from tests.api.server_proc import ServerProcess
 from tests.e2e.pool import wait_for
-from tests.fleet.replicas import Replicas, leads
+from tests.fleet.replicas import Replicas, leads, running
 from tests.store.fixtures import db_url, pg_database
 
 __all__ = ["db_url", "pg_database"]
@@ -42,24 +42,14 @@ FAILOVER = ("--leader-lease", str(LEASE_S), "--heartbeat", "1", "--node-timeout"
 
 @pytest.fixture
 def slow_beats(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, db_url, SLOW_BEATS)
-    try:
-        pair.start_servers()
-        pair.start_agent(pair.b)  # the agent knows only the standby
+    with running(tmp_path, db_url, SLOW_BEATS) as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 @pytest.fixture
 def failover(tmp_path: Path, db_url: str) -> Iterator[Replicas]:
-    pair = Replicas(tmp_path, db_url, FAILOVER)
-    try:
-        pair.start_servers()
-        pair.start_agent(pair.a, pair.b)
+    with running(tmp_path, db_url, FAILOVER, agent_on="ab") as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 def test_an_agent_polling_the_standby_gets_its_start_order_at_once(slow_beats: Replicas) -> None:
