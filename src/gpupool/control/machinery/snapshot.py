@@ -37,8 +37,9 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
@@ -75,6 +76,9 @@ from gpupool.store.models import (
 )
 
 USAGE_HALF_LIFE_S = 7 * 86400.0
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def _usage(
@@ -113,37 +117,61 @@ class PendingRead(NamedTuple):
     estimated_start: float | None
 
 
+class UsedOnly(Generic[K, V]):
+    """Values made from their keys, kept while snapshots use them: an entry no snapshot used
+    is dropped at that snapshot's end, so the memo holds at most what the store holds now."""
+
+    def __init__(self, make: Callable[[K], V]) -> None:
+        self._make = make
+        self._found: dict[K, V] = {}
+        self._used: set[K] = set()
+        self.made = 0  # values made (for tests and benchmarks)
+
+    def get(self, key: K) -> V:
+        self._used.add(key)
+        found = self._found.get(key)
+        if found is None:
+            self.made += 1
+            found = self._found[key] = self._make(key)
+        return found
+
+    def end_snapshot(self) -> None:
+        # Every entry used (the usual case) needs no pass over the thousands of keys.
+        if len(self._found) > len(self._used):
+            self._found = {k: self._found[k] for k in self._used}
+        self._used = set()
+
+
+def _parse_spec(key: tuple[str, int | None]) -> tuple[JobSpec, ArrayTask | None]:
+    text, cpu_per_gpu = key
+    data = json.loads(text)
+    spec = spec_from_json(data)
+    res = with_default_cpu(spec.resources, cpu_per_gpu)
+    if res is not spec.resources:
+        spec = replace(spec, resources=res)
+    array = ArrayTask(**data["array"]) if data.get("array") else None
+    return spec, array
+
+
 class SpecCache:
     """Parsed specs of pending jobs, by their stored JSON text and their pool's CPUs per GPU
-    (the default CPU rule depends on it). Entries not used by a snapshot are dropped at its end,
-    so the cache holds at most the specs of the jobs queued now."""
+    (the default CPU rule depends on it), kept while snapshots use them (:class:`UsedOnly`):
+    at most the specs of the jobs queued now."""
 
     def __init__(self) -> None:
-        self._specs: dict[tuple[str, int | None], tuple[JobSpec, ArrayTask | None]] = {}
-        self._used: set[tuple[str, int | None]] = set()
-        self.misses = 0  # specs parsed (for tests and benchmarks)
+        self._specs = UsedOnly(_parse_spec)
+
+    @property
+    def misses(self) -> int:
+        """Specs parsed (for tests and benchmarks)."""
+        return self._specs.made
 
     def get(self, text: str, cpu_per_gpu: int | None) -> tuple[JobSpec, ArrayTask | None]:
         """The spec stored as ``text``, with the default CPU rule for ``cpu_per_gpu``."""
-        key = (text, cpu_per_gpu)
-        self._used.add(key)
-        found = self._specs.get(key)
-        if found is not None:
-            return found
-        self.misses += 1
-        data = json.loads(text)
-        spec = spec_from_json(data)
-        res = with_default_cpu(spec.resources, cpu_per_gpu)
-        if res is not spec.resources:
-            spec = replace(spec, resources=res)
-        array = ArrayTask(**data["array"]) if data.get("array") else None
-        self._specs[key] = (spec, array)
-        return spec, array
+        return self._specs.get((text, cpu_per_gpu))
 
     def end_snapshot(self) -> None:
-        for key in self._specs.keys() - self._used:
-            del self._specs[key]
-        self._used = set()
+        self._specs.end_snapshot()
 
 
 _NODE_COLUMNS = (
@@ -161,52 +189,36 @@ def _json_or_none(text: str | None) -> Any:
     return json.loads(text) if text is not None else None
 
 
+def _make_node(values: tuple[Any, ...]) -> Node:
+    name, cpu, mem, state, labels, modes, features = values
+    return node_from_values(
+        name,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        state=state,
+        labels=_json_or_none(labels),
+        isolation_modes=_json_or_none(modes),
+        features=_json_or_none(features),
+    )
+
+
 class ClusterCache:
     """Nodes and devices made from their rows, keyed by the values read (``_NODE_COLUMNS``,
-    ``DEVICE_COLUMNS``). Entries not used by a snapshot are dropped at its end, so the cache
-    holds at most the cluster as it is now."""
+    ``DEVICE_COLUMNS``), kept while snapshots use them (:class:`UsedOnly`): at most the
+    cluster as it is now."""
 
     def __init__(self) -> None:
-        self._nodes: dict[tuple[Any, ...], Node] = {}
-        self._devices: dict[tuple[Any, ...], Device] = {}
-        self._used_nodes: set[tuple[Any, ...]] = set()
-        self._used_devices: set[tuple[Any, ...]] = set()
-        self.made = 0  # nodes and devices made from their rows (for tests and benchmarks)
+        self.nodes: UsedOnly[tuple[Any, ...], Node] = UsedOnly(_make_node)
+        self.devices: UsedOnly[tuple[Any, ...], Device] = UsedOnly(device_from_values)
 
-    def node(self, values: tuple[Any, ...]) -> Node:
-        self._used_nodes.add(values)
-        found = self._nodes.get(values)
-        if found is None:
-            self.made += 1
-            name, cpu, mem, state, labels, modes, features = values
-            found = node_from_values(
-                name,
-                cpu_milli=cpu,
-                memory_mib=mem,
-                state=state,
-                labels=_json_or_none(labels),
-                isolation_modes=_json_or_none(modes),
-                features=_json_or_none(features),
-            )
-            self._nodes[values] = found
-        return found
-
-    def device(self, values: tuple[Any, ...]) -> Device:
-        self._used_devices.add(values)
-        found = self._devices.get(values)
-        if found is None:
-            self.made += 1
-            found = device_from_values(values)
-            self._devices[values] = found
-        return found
+    @property
+    def made(self) -> int:
+        """Nodes and devices made from their rows (for tests and benchmarks)."""
+        return self.nodes.made + self.devices.made
 
     def end_snapshot(self) -> None:
-        # Every entry used (the usual case) needs no pass over the thousands of keys.
-        if len(self._nodes) > len(self._used_nodes):
-            self._nodes = {k: self._nodes[k] for k in self._used_nodes}
-        if len(self._devices) > len(self._used_devices):
-            self._devices = {k: self._devices[k] for k in self._used_devices}
-        self._used_nodes, self._used_devices = set(), set()
+        self.nodes.end_snapshot()
+        self.devices.end_snapshot()
 
 
 _PENDING_COLUMNS = (
@@ -340,14 +352,14 @@ def build_snapshot(
     cluster = cluster if cluster is not None else ClusterCache()
     core = s.connection()  # plain rows: the ORM's per-row work is not needed for columns
     nodes = [
-        cluster.node(tuple(r))
+        cluster.nodes.get(tuple(r))
         for r in core.execute(select(*_NODE_COLUMNS).order_by(NodeModel.name)).all()
     ]
     down = {n.name for n in nodes if n.state is NodeState.DOWN}
     devices = []
     order = (DeviceModel.node, DeviceModel.index)
     for r in core.execute(select(*DEVICE_COLUMNS).order_by(*order)).all():
-        dev = cluster.device(tuple(r))
+        dev = cluster.devices.get(tuple(r))
         if dev.node in down and dev.health is DeviceHealth.HEALTHY:
             dev = replace(dev, health=DeviceHealth.UNKNOWN)
         devices.append(dev)

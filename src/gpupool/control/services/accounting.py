@@ -65,7 +65,7 @@ def accrue(session: Session, slices: list[SliceModel], now: float) -> None:
         )
     }
     pools: dict[str, Pool] = {}
-    plans: list[tuple[SliceModel, DeviceModel, JobModel, float]] = []
+    plans: list[tuple[SliceModel, DeviceModel, JobModel, float, list[tuple[float, float]]]] = []
     for sl in slices:
         if now <= sl.accounted_until:
             continue
@@ -76,24 +76,24 @@ def accrue(session: Session, slices: list[SliceModel], now: float) -> None:
         if job.pool not in pools:
             prow = session.get(PoolModel, job.pool)
             pools[job.pool] = pool_from_row(prow) if prow else Pool(name="default")
-        plans.append((sl, device, job, pools[job.pool].price_of(device.model)))
+        price = pools[job.pool].price_of(device.model)
+        plans.append((sl, device, job, price, _buckets(sl.accounted_until, now)))
     if not plans:
         return
     # The rows to add to, in one query (a heartbeat of a node with 8 slices used to ask 8
     # times); two slices of one job on one device share their row.
-    spans = {id(sl): _buckets(sl.accounted_until, now) for sl, *_ in plans}
     rows = {
         (r.job_id, r.device_uuid, r.bucket_start): r
         for r in session.scalars(
             select(UsageModel).where(
                 UsageModel.job_id.in_({sl.job_id for sl, *_ in plans}),
-                UsageModel.bucket_start.in_({b for span in spans.values() for b, _ in span}),
+                UsageModel.bucket_start.in_({b for *_, span in plans for b, _ in span}),
             )
         )
     }
-    for sl, device, job, price in plans:
+    for sl, device, job, price, span in plans:
         util = device.utilization_ratio or 0.0
-        for bucket, seconds in spans[id(sl)]:
+        for bucket, seconds in span:
             key = (sl.job_id, sl.device_uuid, bucket)
             row = rows.get(key)
             if row is None:
